@@ -1,0 +1,1 @@
+"""tailaware: predict web-scale retrieval metrics from a small uniform distractor sample."""

@@ -1,0 +1,48 @@
+"""Atomic file writes: a result file is either absent or complete, never half-written."""
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Yields a temporary path beside `path`; renames it onto `path` when the block succeeds."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Writes `obj` as indented JSON, atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
+        f.write("\n")
+
+
+def write_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
+    """Writes an uncompressed `.npz`, atomically (the name keeps its `.npz` suffix)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,222 @@
+"""The sampled-scores file: the interface between search and estimation.
+
+One `.npz` per (model, query set, distractor sample) with the fields below; shapes use
+Q queries, M stored tail scores per query and P positives per query (padded).
+
+| field          | dtype   | shape  | meaning                                                       |
+|----------------|---------|--------|---------------------------------------------------------------|
+| `tail_scores`  | float32 | [Q, M] | the M highest similarities to the sampled distractors,        |
+|                |         |        | descending, padded with -inf when fewer than M were scored    |
+| `pos_scores`   | float32 | [Q, P] | similarities to the query's positives, NaN-padded             |
+| `pos_counts`   | int64   | [Q, P] | sampled distractors scoring strictly above each positive      |
+|                |         |        | (exact, also beyond the M-th tail score); -1 at padding       |
+| `n_sample`     | int64   | []     | S, the number of sampled distractors                          |
+| `fixed_counts` | int64   | [Q, P] | optional: non-relevant items of the always-indexed database   |
+|                |         |        | (e.g. other instances' positives) strictly above each positive |
+| `query_ids`    | str     | [Q]    | optional                                                      |
+
+Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
+outranks a positive only when its score is strictly greater.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from tailaware import atomic
+
+# float16 descriptors can give cosine similarities slightly outside [-1, 1].
+SCORE_BOUND = 1.01
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledScores:
+    """Validated contents of a sampled-scores file (see the module docstring for fields)."""
+
+    tail_scores: np.ndarray
+    pos_scores: np.ndarray
+    pos_counts: np.ndarray
+    n_sample: int
+    fixed_counts: np.ndarray
+    query_ids: np.ndarray | None = None
+
+    @property
+    def mask(self) -> np.ndarray:
+        """[Q, P] bool: which positive slots are real (not padding)."""
+        return self.pos_counts >= 0
+
+    @property
+    def num_queries(self) -> int:
+        return self.tail_scores.shape[0]
+
+    def subset(self, queries: np.ndarray) -> "SampledScores":
+        """Returns the same file restricted to `queries` (indices into Q)."""
+        return dataclasses.replace(
+            self,
+            tail_scores=self.tail_scores[queries],
+            pos_scores=self.pos_scores[queries],
+            pos_counts=self.pos_counts[queries],
+            fixed_counts=self.fixed_counts[queries],
+            query_ids=None if self.query_ids is None else self.query_ids[queries],
+        )
+
+
+def make_scores(
+    tail_scores,
+    pos_scores,
+    pos_counts,
+    n_sample,
+    fixed_counts=None,
+    query_ids=None,
+    source: str = "<arrays>",
+) -> SampledScores:
+    """Builds a validated `SampledScores` from arrays, casting to the file's dtypes.
+
+    Raises:
+      ValueError: naming `source`, the field and the problem.
+    """
+    fields = {
+        "tail_scores": np.asarray(tail_scores, dtype=np.float32),
+        "pos_scores": np.asarray(pos_scores, dtype=np.float32),
+        "pos_counts": np.asarray(pos_counts, dtype=np.int64),
+        "n_sample": np.asarray(n_sample, dtype=np.int64),
+    }
+    if fixed_counts is not None:
+        fields["fixed_counts"] = np.asarray(fixed_counts, dtype=np.int64)
+    if query_ids is not None:
+        fields["query_ids"] = np.asarray(query_ids, dtype=str)
+    return _validate(fields, source)
+
+
+def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
+    """Writes a sampled-scores `.npz` atomically."""
+    arrays = dict(
+        tail_scores=scores.tail_scores,
+        pos_scores=scores.pos_scores,
+        pos_counts=scores.pos_counts,
+        n_sample=np.asarray(scores.n_sample, dtype=np.int64),
+        fixed_counts=scores.fixed_counts,
+    )
+    if scores.query_ids is not None:
+        arrays["query_ids"] = np.asarray(scores.query_ids, dtype=str)
+    atomic.write_npz(path, **arrays)
+
+
+def load_scores(path: str | os.PathLike) -> SampledScores:
+    """Reads and validates a sampled-scores `.npz`.
+
+    Raises:
+      ValueError: naming the file, the field and what was expected.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such sampled-scores file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            fields = {name: z[name] for name in z.files}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable .npz file ({e})") from e
+    return _validate(fields, os.fspath(path))
+
+
+def _validate(fields: dict, src: str) -> SampledScores:
+    def fail(field, msg):
+        raise ValueError(f"{src}: field '{field}': {msg}")
+
+    for name in ("tail_scores", "pos_scores", "pos_counts", "n_sample"):
+        if name not in fields:
+            fail(name, "missing (required)")
+    unknown = set(fields) - {
+        "tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids"
+    }
+    if unknown:
+        fail(sorted(unknown)[0], "unknown field")
+
+    tail, pos, counts = fields["tail_scores"], fields["pos_scores"], fields["pos_counts"]
+    _check_dtype(tail, np.float32, "tail_scores", fail)
+    _check_dtype(pos, np.float32, "pos_scores", fail)
+    _check_dtype(counts, np.int64, "pos_counts", fail)
+    if tail.ndim != 2:
+        fail("tail_scores", f"expected [Q, M], got shape {tail.shape}")
+    q, m = tail.shape
+    if pos.ndim != 2 or pos.shape[0] != q:
+        fail("pos_scores", f"expected [Q, P] with Q = {q}, got shape {pos.shape}")
+    if counts.shape != pos.shape:
+        fail("pos_counts", f"expected the shape of pos_scores {pos.shape}, got {counts.shape}")
+
+    n_sample = fields["n_sample"]
+    if n_sample.shape != () or not np.issubdtype(n_sample.dtype, np.integer):
+        fail("n_sample", f"expected an integer scalar, got {n_sample.dtype} {n_sample.shape}")
+    s = int(n_sample)
+    if s < 1:
+        fail("n_sample", f"expected S >= 1, got {s}")
+
+    if np.isnan(tail).any():
+        fail("tail_scores", "holds NaN (padding must be -inf)")
+    finite = np.isfinite(tail)
+    if np.isposinf(tail).any():
+        fail("tail_scores", "holds +inf")
+    if np.abs(np.where(finite, tail, 0.0)).max(initial=0.0) > SCORE_BOUND:
+        fail("tail_scores", f"scores outside [-{SCORE_BOUND}, {SCORE_BOUND}] (cosine expected)")
+    if (np.diff(tail, axis=1) > 0).any():
+        row = int(np.argwhere(np.diff(tail, axis=1) > 0)[0, 0])
+        fail("tail_scores", f"row {row} is not sorted in descending order")
+    n_finite = finite.sum(axis=1)
+    if s < m and (n_finite > s).any():
+        fail("n_sample", f"S = {s} is smaller than the {int(n_finite.max())} stored tail scores")
+    bad = np.flatnonzero(n_finite != min(s, m))
+    if bad.size:
+        fail(
+            "tail_scores",
+            f"row {int(bad[0])} has {int(n_finite[bad[0]])} finite scores; expected "
+            f"min(S, M) = {min(s, m)}",
+        )
+
+    valid = counts >= 0
+    if (counts < -1).any():
+        fail("pos_counts", "negative counts (only -1 is allowed, as padding)")
+    if (np.isnan(pos) != ~valid).any():
+        fail("pos_counts", "padding (-1) must be exactly where pos_scores is NaN")
+    if np.isinf(pos).any():
+        fail("pos_scores", "holds infinite values")
+    if np.abs(np.where(valid, pos, 0.0)).max(initial=0.0) > SCORE_BOUND:
+        fail("pos_scores", f"scores outside [-{SCORE_BOUND}, {SCORE_BOUND}] (cosine expected)")
+    if (counts > s).any():
+        fail("pos_counts", f"a count exceeds n_sample = {s}")
+    if not valid.any(axis=1).all():
+        row = int(np.flatnonzero(~valid.any(axis=1))[0])
+        fail("pos_scores", f"query {row} has no positives")
+
+    # Counts must agree with the stored tail: at least the stored scores above the positive,
+    # and exactly that many when the positive is at or above the last stored score.
+    above = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    last = np.where(n_finite == m, tail[:, -1], -np.inf)
+    covered = valid & (pos >= last[:, None])
+    if (valid & (counts < above)).any() or (covered & (counts != above)).any():
+        qi, pi = np.argwhere((valid & (counts < above)) | (covered & (counts != above)))[0]
+        fail(
+            "pos_counts",
+            f"query {qi} positive {pi}: count {counts[qi, pi]} is inconsistent with the "
+            f"{above[qi, pi]} stored tail scores above its score {pos[qi, pi]:.6f}",
+        )
+
+    if "fixed_counts" in fields:
+        fixed = fields["fixed_counts"]
+        _check_dtype(fixed, np.int64, "fixed_counts", fail)
+        if fixed.shape != pos.shape:
+            fail("fixed_counts", f"expected the shape of pos_scores {pos.shape}, got {fixed.shape}")
+        if (valid & (fixed < 0)).any():
+            fail("fixed_counts", "negative counts at a real positive")
+        fixed = np.where(valid, fixed, -1)
+    else:
+        fixed = np.where(valid, 0, -1).astype(np.int64)
+
+    query_ids = fields.get("query_ids")
+    if query_ids is not None and query_ids.shape != (q,):
+        fail("query_ids", f"expected [Q] = [{q}], got shape {query_ids.shape}")
+    return SampledScores(tail, pos, counts, s, fixed, query_ids)
+
+
+def _check_dtype(arr, dtype, name, fail):
+    if arr.dtype != dtype:
+        fail(name, f"expected dtype {np.dtype(dtype).name}, got {arr.dtype}")

@@ -1,0 +1,29 @@
+"""Test-wide settings: strict numerics, warnings as errors, two CPU devices for sharding code."""
+
+import os
+
+# Must be set before jax initialises its backends.
+os.environ.setdefault("XLA_FLAGS", "")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_configure(config):
+    # Warnings are errors; known third-party ones are filtered here or per test module with
+    # `pytestmark = pytest.mark.filterwarnings(...)`.
+    config.addinivalue_line("filterwarnings", "error")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:tensorflow_datasets.*")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:google.protobuf.*")
+
+
+@pytest.fixture
+def x64():
+    """Runs a test with float64 enabled (for tolerances tighter than float32 allows)."""
+    with jax.enable_x64(True):
+        yield
