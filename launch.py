@@ -10,7 +10,9 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/default.py", "Job configuration (an ml_collections config file).",
+    "config",
+    "configs/default.py",
+    "Job configuration (an ml_collections config file).",
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where results are written.")

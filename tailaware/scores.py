@@ -3,17 +3,15 @@
 One `.npz` per (model, query set, distractor sample) with the fields below; shapes use
 Q queries, M stored tail scores per query and P positives per query (padded).
 
-| field          | dtype   | shape  | meaning                                                       |
-|----------------|---------|--------|---------------------------------------------------------------|
-| `tail_scores`  | float32 | [Q, M] | the M highest similarities to the sampled distractors,        |
-|                |         |        | descending, padded with -inf when fewer than M were scored    |
-| `pos_scores`   | float32 | [Q, P] | similarities to the query's positives, NaN-padded             |
-| `pos_counts`   | int64   | [Q, P] | sampled distractors scoring strictly above each positive      |
-|                |         |        | (exact, also beyond the M-th tail score); -1 at padding       |
-| `n_sample`     | int64   | []     | S, the number of sampled distractors                          |
-| `fixed_counts` | int64   | [Q, P] | optional: non-relevant items of the always-indexed database   |
-|                |         |        | (e.g. other instances' positives) strictly above each positive |
-| `query_ids`    | str     | [Q]    | optional                                                      |
+- `tail_scores` float32 [Q, M]: the M highest similarities to the sampled distractors,
+  descending, padded with -inf when fewer than M were scored.
+- `pos_scores` float32 [Q, P]: similarities to the query's positives, NaN-padded.
+- `pos_counts` int64 [Q, P]: sampled distractors scoring strictly above each positive (exact,
+  also beyond the M-th tail score); -1 at padding.
+- `n_sample` int64 []: S, the number of sampled distractors.
+- `fixed_counts` int64 [Q, P], optional: non-relevant items of the always-indexed database
+  (e.g. other instances' positives) strictly above each positive; default 0.
+- `query_ids` str [Q], optional.
 
 Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
 outranks a positive only when its score is strictly greater.
@@ -127,7 +125,12 @@ def _validate(fields: dict, src: str) -> SampledScores:
         if name not in fields:
             fail(name, "missing (required)")
     unknown = set(fields) - {
-        "tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids"
+        "tail_scores",
+        "pos_scores",
+        "pos_counts",
+        "n_sample",
+        "fixed_counts",
+        "query_ids",
     }
     if unknown:
         fail(sorted(unknown)[0], "unknown field")

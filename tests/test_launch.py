@@ -1,0 +1,111 @@
+"""End to end through launch.py, as a user runs it: the demo and the predict command."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tailaware import law, metrics
+from tailaware import scores as scores_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def launch(*args):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "launch.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path):
+    out = launch(
+        "--config=configs/default.py",
+        f"--workdir={tmp_path}",
+        "--config.demo.n_distractors=60000",
+        "--config.demo.n_instances=30",
+        "--config.demo.sizes=(5000,20000,60000)",
+        "--config.demo.sample_fraction=0.2",
+        "--config.evt.top_m=500",
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["sizes"] == [5000, 20000, 60000]
+    assert "count" in results["predicted"] and "evaluate-at-S" in results["errors_at_full"]
+    assert 0.0 < results["truth"][-1] <= results["truth"][0] <= 1.0
+    assert (tmp_path / "map_vs_gallery.png").read_bytes()[:4] == b"\x89PNG"
+    assert "True mAP@1000" in out
+
+
+def test_predict_command(tmp_path):
+    # A gallery whose exact counts we know: predicting at N = S with the count estimator
+    # must give back the sample's own exact mAP, and the at-sample baseline equals it.
+    rng = np.random.default_rng(0)
+    q, m, p, s = 20, 64, 5, 5000
+    tail = -np.sort(-rng.uniform(0.3, 0.5, (q, m)), axis=1)
+    pos = rng.uniform(0.35, 0.9, (q, p))
+    pos[:, 3:] = np.where(rng.random((q, 2)) < 0.5, np.nan, pos[:, 3:])
+    counts = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    counts = np.where(pos < tail[:, -1:], counts + rng.integers(0, 300, (q, p)), counts)
+    counts = np.where(np.isnan(pos), -1, counts)
+    sc = scores_lib.make_scores(tail, pos, counts, s)
+    path = tmp_path / "scores.npz"
+    scores_lib.save_scores(path, sc)
+    launch(
+        "--config=configs/predict.py",
+        f"--config.scores={path}",
+        f"--config.n_target={s}",
+        "--config.k=100",
+        "--config.estimator=count",
+        f"--workdir={tmp_path}",
+    )
+    pred = json.loads((tmp_path / "prediction.json").read_text())
+    want = metrics.ap_at_k_from_counts(counts, counts >= 0, 100)
+    assert pred["estimator"] == "count" and pred["n_target"] == s and pred["k"] == 100
+    np.testing.assert_allclose(pred["per_query_ap"], want, atol=1e-6)
+    np.testing.assert_allclose(pred["map"], pred["baselines"]["at_sample"], atol=1e-6)
+    # At a larger gallery the law predicts a lower value, as law.map_at_k does directly.
+    launch(
+        "--config=configs/predict.py",
+        f"--config.scores={path}",
+        "--config.n_target=1000000",
+        "--config.k=100",
+        "--config.estimator=count",
+        f"--workdir={tmp_path}",
+    )
+    big = json.loads((tmp_path / "prediction.json").read_text())
+    direct = law.map_at_k(np.where(counts >= 0, counts, 0) / s, counts >= 0, 1e6, 100.0)[0]
+    np.testing.assert_allclose(big["map"], float(direct), atol=1e-6)
+    assert big["map"] < pred["map"]
+
+
+def test_predict_command_rejects_bad_file(tmp_path):
+    np.savez(tmp_path / "bad.npz", tail_scores=np.zeros((2, 3), np.float64))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "--config=configs/predict.py",
+            f"--config.scores={tmp_path / 'bad.npz'}",
+            "--config.n_target=10",
+            f"--workdir={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0
+    assert "bad.npz" in out.stderr and "'pos_scores': missing" in out.stderr

@@ -1,0 +1,170 @@
+"""The scaling law: exactness on realized counts, monotonicity, gradients, Binomial moments."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.test_util import check_grads
+
+from tailaware import law, metrics
+
+Q, P = 16, 9
+map_jit = jax.jit(law.map_at_k, static_argnames=("truncation",))
+
+
+def random_counts(seed, q=Q, p=P, n=100_000, scale=3000):
+    rng = np.random.default_rng(seed)
+    mask = rng.random((q, p)) < 0.7
+    mask[:, 0] = True
+    counts = np.where(mask, rng.integers(0, scale, (q, p)) * (rng.random((q, p)) < 0.6), -1)
+    fixed = np.where(mask, rng.integers(0, 4, (q, p)) * (rng.random((q, p)) < 0.3), -1)
+    # Distractor and fixed counts must both be non-increasing in score: sort them together.
+    for i in range(q):
+        m = mask[i]
+        counts[i, m] = np.sort(counts[i, m])
+        fixed[i, m] = np.sort(fixed[i, m])
+        perm = rng.permutation(p)
+        counts[i], fixed[i], mask[i] = counts[i, perm], fixed[i, perm], mask[i, perm]
+    return counts, fixed, mask, n
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.sampled_from([1, 3, 100, 1000, 2500]))
+def test_realized_fractions_reproduce_exact_map(seed, k):
+    counts, fixed, mask, n = random_counts(seed)
+    want = metrics.ap_at_k_from_counts(np.where(mask, counts + fixed, -1), mask, k)
+    x = jnp.asarray(np.where(mask, counts, 0) / n, jnp.float32)
+    _, got = map_jit(x, mask, jnp.float32(n), jnp.float32(k), jnp.asarray(fixed, jnp.float32))
+    np.testing.assert_allclose(np.asarray(got), want, atol=2e-6)
+
+
+def test_realized_fractions_float64(x64):
+    counts, fixed, mask, n = random_counts(3, n=10**8)
+    want = metrics.ap_at_k_from_counts(np.where(mask, counts + fixed, -1), mask, 1000)
+    _, got = law.map_at_k(
+        jnp.asarray(np.where(mask, counts, 0) / n),
+        mask,
+        1e8,
+        1000.0,
+        jnp.asarray(np.where(mask, fixed, 0), jnp.float64),
+    )
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.sampled_from([1, 10, 1000]))
+def test_map_never_increases_with_n(seed, k):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.uniform(0, 1, (Q, P)) ** 6, jnp.float32)
+    mask = jnp.asarray(rng.random((Q, P)) < 0.8)
+    ns = np.geomspace(1, 1e9, 40)
+    maps = [
+        float(map_jit(x, mask, jnp.float32(n), jnp.float32(k), jnp.zeros_like(x))[0]) for n in ns
+    ]
+    assert np.all(np.diff(maps) <= 1e-6), maps
+
+
+def test_invariant_to_query_and_slot_order():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1e-4, (Q, P)).astype(np.float32)
+    mask = rng.random((Q, P)) < 0.8
+    mask[:, 0] = True
+    args = (jnp.float32(1e6), jnp.float32(1000), jnp.zeros((Q, P), jnp.float32))
+    base, aps = map_jit(jnp.asarray(x), mask, *args)
+    qp, sp = rng.permutation(Q), rng.permutation(P)
+    perm, aps_p = map_jit(jnp.asarray(x[qp][:, sp]), mask[qp][:, sp], *args)
+    np.testing.assert_allclose(float(perm), float(base), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(aps_p), np.asarray(aps)[qp], rtol=1e-6)
+
+
+def test_jit_vmap_and_loop_agree():
+    counts, fixed, mask, n = random_counts(1)
+    x = jnp.asarray(np.where(mask, counts, 0) / n, jnp.float32)
+    f = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
+    loop = [law.ap_at_k(x[i], mask[i], 2e5, 1000.0, f[i]) for i in range(Q)]
+    _, batched = map_jit(x, mask, jnp.float32(2e5), jnp.float32(1000), f)
+    np.testing.assert_allclose(np.asarray(batched), np.asarray(loop), rtol=1e-6)
+
+
+@pytest.mark.parametrize("truncation", ["hard", "smooth"])
+def test_gradients_finite_at_edges(truncation):
+    # x = 0, a rank exactly at k, padding, and a positive far beyond k.
+    x = jnp.array([[0.0, 0.0, 998.0 / 1e6, 0.5]], jnp.float32)
+    mask = jnp.array([[True, True, True, False]])
+
+    def f(x, log_n):
+        return law.map_at_k(x, mask, jnp.exp(log_n), 1000.0, None, truncation)[0]
+
+    gx, gn = jax.grad(f, argnums=(0, 1))(x, jnp.log(jnp.float32(1e6)))
+    assert np.isfinite(np.asarray(gx)).all() and np.isfinite(float(gn))
+    assert float(gx[0, 3]) == 0.0  # padding gets no gradient
+    assert float(gx[0, 0]) < 0.0  # more hardness, lower AP
+
+
+def test_smooth_truncation_gradients_match_finite_differences(x64):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.uniform(0, 2e-3, (4, 6)))
+    mask = jnp.asarray(rng.random((4, 6)) < 0.8)
+
+    def f(x, log_n):
+        return law.map_at_k(x, mask, jnp.exp(log_n), 100.0, None, "smooth", 2.0)[0]
+
+    check_grads(f, (x, jnp.log(5e4)), order=1, modes=["rev"], atol=1e-6, rtol=1e-4, eps=1e-8)
+
+
+@pytest.mark.parametrize("n", [50, 10**4, 10**8])
+def test_binomial_and_poisson_expectations_match_scipy(n, x64):
+    k = 20
+    rng = np.random.default_rng(n)
+    x = rng.uniform(0, 30 / n, 5)
+    mask = np.array([True, True, True, True, False])
+    fixed = np.array([0, 1, 0, 2, 0])
+    order = np.argsort(np.where(mask, fixed + n * x, np.inf), kind="stable")
+    want_b = want_p = 0.0
+    for j, i in enumerate(order[: mask.sum()], start=1):
+        m = np.arange(k)
+        r = j + fixed[i] + m
+        want_b += (j * scipy.stats.binom.pmf(m, n, x[i]) / r * (r <= k)).sum()
+        want_p += (j * scipy.stats.poisson.pmf(m, n * x[i]) / r * (r <= k)).sum()
+    want_b, want_p = want_b / min(k, 4), want_p / min(k, 4)
+    args = (jnp.asarray(x), jnp.asarray(mask), float(n), k, jnp.asarray(fixed, jnp.float64))
+    np.testing.assert_allclose(float(law.expected_ap_binomial(*args)), want_b, rtol=1e-9)
+    np.testing.assert_allclose(float(law.expected_ap_poisson(*args)), want_p, rtol=1e-9)
+
+
+def test_expected_rank_map_is_close_to_binomial_mean_at_scale(x64):
+    # The paper: at large N the expected-rank map and E[AP] differ by a few thousandths.
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(10.0 ** rng.uniform(-9, -5, (64, 5)))
+    mask = jnp.ones((64, 5), bool)
+    plug = law.map_at_k(x, mask, 1e8, 1000.0)[0]
+    mean = jnp.mean(jax.vmap(lambda a, m: law.expected_ap_binomial(a, m, 1e8, 1000))(x, mask))
+    assert abs(float(plug) - float(mean)) < 0.05
+
+
+def test_top1_survival_and_accuracy():
+    x = np.array([0.0, 1e-8, 1e-6, 1e-3])
+    np.testing.assert_allclose(
+        np.asarray(law.top1_survival(jnp.asarray(x, jnp.float32), 1e6, exact=True)),
+        scipy.stats.binom.pmf(0, 10**6, x),
+        rtol=1e-4,
+    )
+    np.testing.assert_allclose(
+        np.asarray(law.top1_survival(jnp.asarray(x), 1e6)), np.exp(-1e6 * x), rtol=1e-5
+    )
+    acc = law.top1_accuracy(jnp.array([2e-6, 1e-6, 0.5]), jnp.array([True, True, False]), 1e6)
+    np.testing.assert_allclose(float(acc), np.exp(-1.0), rtol=1e-5)
+    blocked = law.top1_accuracy(jnp.array([0.0]), jnp.array([True]), 1e6, jnp.array([1.0]))
+    assert float(blocked) == 0.0
+
+
+def test_recall_matches_realized_counts():
+    counts, fixed, mask, n = random_counts(5)
+    want = metrics.recall_at_k_from_counts(np.where(mask, counts + fixed, -1), mask, 1000)
+    x = jnp.asarray(np.where(mask, counts, 0) / n, jnp.float32)
+    f = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
+    got = jax.vmap(lambda a, m, b: law.recall_at_k(a, m, float(n), 1000.0, b))(x, mask, f)
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
