@@ -32,7 +32,7 @@ def ap_at_k_from_counts(counts, mask, k):
       k: cut-off.
     """
     xp = _xp(counts, mask)
-    ranks, valid = _ranks(counts, mask, xp)
+    ranks, valid = ranks_from_counts(counts, mask)
     j = xp.cumsum(valid, axis=1)
     hit = valid & (ranks <= k)
     contrib = xp.where(hit, j / xp.where(valid, ranks, 1), 0.0)  # int / int -> float
@@ -43,7 +43,7 @@ def ap_at_k_from_counts(counts, mask, k):
 def recall_at_k_from_counts(counts, mask, k):
     """Returns recall@k [Q]: the share of each query's positives ranked within the top k."""
     xp = _xp(counts, mask)
-    ranks, valid = _ranks(counts, mask, xp)
+    ranks, valid = ranks_from_counts(counts, mask)
     hits = (valid & (ranks <= k)).sum(axis=1)
     return hits / xp.maximum(valid.sum(axis=1), 1)
 
@@ -54,8 +54,13 @@ def top1_from_counts(counts, mask):
     return xp.any(mask & (counts == 0), axis=1).astype(float)
 
 
-def _ranks(counts, mask, xp):
-    """Ranks j + c_(j) of the positives, sorted by count (= by descending score), and mask."""
+def ranks_from_counts(counts, mask):
+    """Returns (ranks, valid) [Q, P]: the realized ranks j + c_(j) of each query's positives.
+
+    Positives are sorted by their count of non-relevant items above (= by descending score);
+    `valid` is the mask in that order. Ranks at padding are meaningless.
+    """
+    xp = _xp(counts, mask)
     key = xp.where(mask, counts, xp.iinfo(counts.dtype).max)
     order = xp.argsort(key, axis=1, stable=True)
     c = xp.take_along_axis(xp.where(mask, counts, 0), order, axis=1)
