@@ -15,7 +15,7 @@ def get_config(arg=None):
     c.job = "tailaware.demo"
     c.seed = 0
     c.k = 1000  # mAP@k
-    c.estimator = "count"  # see tailaware.estimators.ESTIMATORS
+    c.estimator = "evt_averaged"  # see tailaware.estimators.ESTIMATORS and the README
     c.n_target = 0  # target gallery size N; 0 = the job's natural target
 
     # The tail-aware estimator (paper, Appendix B).

@@ -1,0 +1,265 @@
+"""The tail-aware (EVT) hardness estimator: per-query GPD tails priced beyond the sample.
+
+Paper, Appendix B. For each query keep the top M sampled similarities, put the threshold u at
+their q-quantile, fit a GPD (xi <= 0) to the excesses over u and price a positive at score s by
+
+    x(s) = (n_u / S) * P(Y > s - u),                                        (B.1)
+
+n_u the number of kept scores above u and S the full sample size. A positive that at least
+`min_count` sampled distractors beat keeps its count K / S; the others get (B.1).
+
+Two ways to turn the fit into P(Y > y):
+
+* `evt` plugs in the maximum-likelihood (xi, sigma) (the paper). Beyond the fitted endpoint
+  u + sigma / -xi the tail probability is exactly 0, which in the paper happens for 20-30% of
+  fits and makes a positive "immune" at every gallery size.
+* `evt_averaged` averages the tail probability over the profile likelihood in xi with a flat
+  prior on [-1, 0] (sigma profiled out per xi), i.e. an approximate posterior predictive
+  P(Y > y | excesses). Every xi near 0 keeps unbounded support, so the estimate is never a hard 0.
+  On simulated bounded score laws (Beta-shaped cosine laws, mixtures, Gaussian; S = 50k and 5M,
+  M = 4000, q = 0.95) it is the more accurate of the two at 1 to 500 times beyond the sample's
+  resolution 1 / S: median log10(estimate / truth) -0.1..+0.2 against the plug-in's -0.1..-1.0,
+  and no zeros against the plug-in's 15%. On exactly-GPD tails it over-prices the deepest
+  extrapolation (the posterior's mass near xi = 0); with heavy (xi > 0) tails both
+  under-price, since xi <= 0 is imposed.
+
+Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
+of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
+
+Gradients: `log_tail_prob` is differentiable in the positive and tail scores. For `method="mle"`
+the fitted (xi, sigma) carry implicit-function-theorem derivatives (see `gpd.fit`); for the
+averaged methods the per-xi scales are held fixed (`stop_gradient`) while the posterior weights
+are differentiated through the log-likelihood, which is the exact derivative of the profile by
+the envelope theorem. The threshold's position (which order statistic is u) and the count
+switch are discrete and carry no gradient.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from tailaware import estimators, gpd
+from tailaware.scores import SampledScores
+
+# Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
+# small, would otherwise fit two or three points).
+MIN_EXCESSES = 10
+# Grid over xi in [-1, 0] for the averaged estimator.
+XI_GRID_SIZE = 41
+# Threshold stability: refit with the excess count scaled by these factors.
+STABILITY_FACTORS = (0.5, 2.0)
+METHODS = ("mle", "mean")
+# The tail model behind each registered estimator name (see `estimators.ESTIMATORS`).
+ESTIMATOR_METHODS = {"evt": "mle", "evt_averaged": "mean"}
+
+
+def _n_excesses(n_finite, threshold_quantile, factor):
+    """Returns the number of excesses k for `n_finite` kept scores (int array)."""
+    target = (1.0 - threshold_quantile) * factor * n_finite.astype(jnp.float32)
+    k = jnp.floor(target + 0.5).astype(jnp.int32)
+    return jnp.clip(k, jnp.minimum(MIN_EXCESSES, n_finite - 1), n_finite - 1)
+
+
+def _width(m, threshold_quantile, factor):
+    """Returns the static width W of the excess arrays for M kept scores."""
+    k = int(np.floor((1.0 - threshold_quantile) * factor * m + 0.5))
+    return max(1, min(m - 1, max(k, MIN_EXCESSES)))
+
+
+def excesses(tail_scores, threshold_quantile=0.95, factor=1.0):
+    """Returns the threshold and the excesses over it, per query.
+
+    The threshold u is the (k + 1)-th largest kept score, k = round((1 - q) * factor * m_q) with
+    m_q the query's finite kept scores (at least `MIN_EXCESSES` when there are enough); the
+    excesses are the kept scores strictly above u, minus u.
+
+    Args:
+      tail_scores: [Q, M] descending, -inf padded.
+      threshold_quantile: q.
+      factor: scales the number of excesses (threshold-stability refits).
+
+    Returns:
+      (u [Q], y [Q, W], mask [Q, W]).
+    """
+    m = tail_scores.shape[1]
+    width = _width(m, threshold_quantile, factor)
+
+    def one(tail):
+        finite = jnp.isfinite(tail)
+        n_finite = jnp.sum(finite).astype(jnp.int32)
+        tail = jnp.where(finite, tail, 0.0)
+        k = _n_excesses(n_finite, threshold_quantile, factor)
+        u = tail[jnp.maximum(k, 0)]
+        y = tail[:width] - u
+        mask = (jnp.arange(width, dtype=jnp.int32) < k) & (y > 0) & finite[:width]
+        return u, jnp.where(mask, y, 0.0), mask
+
+    return jax.vmap(one)(tail_scores)
+
+
+def _log_rate(n_u, n_sample):
+    """Returns log(n_u / S), -inf at n_u = 0 (double-where guarded)."""
+    pos = n_u > 0
+    return jnp.where(pos, jnp.log(jnp.where(pos, n_u, 1.0) / n_sample), -jnp.inf)
+
+
+def xi_grid(dtype=jnp.float32):
+    """Returns the [X] grid of shapes in [-1, 0] and its trapezoid weights (flat prior)."""
+    xis = jnp.linspace(-1.0, 0.0, XI_GRID_SIZE, dtype=dtype)
+    w = jnp.full((XI_GRID_SIZE,), 1.0, dtype).at[0].set(0.5).at[-1].set(0.5)
+    return xis, w / jnp.sum(w)
+
+
+def _averaged_log_survival(y, xis, log_prior, sigma, ll):
+    """Returns log of the posterior-mean P(Y > y) for one query, [P].
+
+    The average over the xi grid of P(Y > y | xi, sigma(xi)) weighted by prior(xi) exp(ll(xi)),
+    sigma(xi) the profiled scale: the posterior predictive with sigma profiled out. The xi = 0
+    term keeps unbounded support, so the result is finite for every y.
+
+    Args:
+      y: [P] excesses of the positives.
+      xis, log_prior: [X] shape grid and log prior weights.
+      sigma, ll: [X] profiled scales and log-likelihoods.
+    """
+    log_w = log_prior + ll
+    log_w = log_w - jax.nn.logsumexp(log_w)
+    log_s = gpd.log_survival(y[:, None], xis[None, :], sigma[None, :])  # [P, X]
+    return jax.nn.logsumexp(log_w[None, :] + log_s, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method"))
+def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, method="mle"):
+    """Returns log x = log((n_u / S) P(Y > s - u)), the tail model's hardness (eq. B.1).
+
+    Pure JAX, differentiable in `pos_scores` and `tail_scores` (see the module docstring for the
+    gradient treatment). Positives at or below u get log(n_u / S); padding (NaN) gets -inf.
+
+    Args:
+      pos_scores: [Q, P] positive scores, NaN padded.
+      tail_scores: [Q, M] kept sampled scores, descending, -inf padded.
+      n_sample: S, the full sample size.
+      threshold_quantile: q.
+      method: "mle" (plug-in, `evt`) or "mean" (the posterior-mean tail probability over the
+        profile likelihood in xi, `evt_averaged`; see `_averaged_log_survival`).
+
+    Returns:
+      [Q, P] log hardness; -inf beyond a plug-in endpoint (method "mle") or at padding.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    dtype = tail_scores.dtype
+    u, y, mask = excesses(tail_scores, threshold_quantile)
+    n_u = jnp.sum(mask, axis=1).astype(dtype)
+    log_rate = _log_rate(n_u, jnp.asarray(n_sample, dtype))
+    pad = jnp.isnan(pos_scores)
+    excess = jnp.where(pad, 0.0, pos_scores) - u[:, None]
+    if method == "mle":
+        fit = jax.vmap(gpd.fit)(y, mask)
+        log_s = gpd.log_survival(excess, fit.xi[:, None], fit.sigma[:, None])
+    else:
+        xis, prior = xi_grid(dtype)
+        sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
+        log_s = jax.vmap(_averaged_log_survival, in_axes=(0, None, None, 0, 0))(
+            excess, xis, jnp.log(prior), sigma, ll
+        )
+    return jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)
+
+
+def _diagnostics(tail_scores, threshold_quantile):
+    """The body of `diagnostics`, as JAX arrays (traced inside the estimator's jit)."""
+    u, y, mask = excesses(tail_scores, threshold_quantile)
+    fit = jax.vmap(gpd.fit)(y, mask)
+    info = {
+        "u": u,
+        "n_exceed": fit.n,
+        "xi": fit.xi,
+        "sigma": fit.sigma,
+        "endpoint": u + fit.endpoint,
+        "loglik": fit.loglik,
+        "at_xi0": fit.at_xi0,
+        "at_xi_minus1": fit.at_xi_minus1,
+        "converged": fit.converged,
+    }
+    se = gpd.xi_standard_error(fit.xi, fit.n)
+    stable = jnp.ones_like(fit.converged)
+    for name, factor in zip(("xi_half", "xi_double"), STABILITY_FACTORS, strict=True):
+        _, y_k, mask_k = excesses(tail_scores, threshold_quantile, factor)
+        refit = jax.vmap(gpd.fit)(y_k, mask_k)
+        se_k = gpd.xi_standard_error(refit.xi, refit.n)
+        stable = stable & (jnp.abs(refit.xi - fit.xi) <= 2.0 * jnp.maximum(se, se_k))
+        info[name] = refit.xi
+    info["xi_se"] = se
+    info["stable"] = stable
+    return info
+
+
+_diagnostics_jit = jax.jit(_diagnostics, static_argnames=("threshold_quantile",))
+
+
+def diagnostics(tail_scores, threshold_quantile=0.95) -> dict:
+    """Returns per-query fit diagnostics, name -> [Q] numpy array.
+
+    Keys: u (threshold), n_exceed, xi, sigma, endpoint (in score units, u + sigma / -xi; inf at
+    xi = 0), loglik, at_xi0, at_xi_minus1, converged, xi_se (asymptotic standard error), and the
+    threshold-stability check: xi refitted with the excess count halved (xi_half) and doubled
+    (xi_double); `stable` is False when either moves by more than 2 standard errors of the less
+    precise of the two fits. (Bounded score laws drift in xi with the threshold by nature, the
+    penultimate effect, so the check is deliberately not stricter.)
+    """
+    info = _diagnostics_jit(jnp.asarray(tail_scores), threshold_quantile=threshold_quantile)
+    return {k: np.asarray(v) for k, v in jax.device_get(info).items()}
+
+
+@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method"))
+def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method):
+    log_x = log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile, method)
+    return log_x, _diagnostics(tail_scores, threshold_quantile)
+
+
+def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: str):
+    """Returns the tail-aware `Hardness` with the tail model `method` (see `log_tail_prob`).
+
+    Reads `config.evt.top_m` (M), `config.evt.threshold_quantile` (q) and `config.evt.min_count`.
+    `info` holds the keys of `diagnostics` plus, per query, share_tail_priced (positives priced
+    by the tail), share_beyond_endpoint (tail-priced positives above the plug-in endpoint) and
+    share_zero (tail-priced positives with hardness exactly 0; always 0 for method "mean").
+    """
+    cfg = config.evt
+    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
+    q = float(cfg.threshold_quantile)
+    mask = scores.mask
+    counts = np.where(mask, scores.pos_counts, 0)
+    s = float(scores.n_sample)
+    pos = np.asarray(scores.pos_scores, np.float32)
+
+    log_x, info = jax.device_get(_estimate_jit(pos, tail, s, q, method))
+    log_x = np.asarray(log_x, np.float64)
+    info = {k: np.asarray(v) for k, v in info.items()}
+    fitted = (info["n_exceed"] > 0) & (info["sigma"] > 0)
+    above_u = np.where(mask, pos, -np.inf) >= info["u"][:, None]
+    tail_priced = mask & (counts < int(cfg.min_count)) & above_u & fitted[:, None]
+    with np.errstate(under="ignore"):
+        x_tail = np.exp(log_x)
+    x = np.where(tail_priced, x_tail, counts / s)
+    x = np.where(mask, x, 0.0)
+
+    n_pos = np.maximum(mask.sum(axis=1), 1)
+    beyond = tail_priced & (np.where(mask, pos, -np.inf) > info["endpoint"][:, None])
+    info["share_tail_priced"] = tail_priced.sum(axis=1) / n_pos
+    info["share_beyond_endpoint"] = beyond.sum(axis=1) / n_pos
+    info["share_zero"] = (mask & (x == 0) & tail_priced).sum(axis=1) / n_pos
+    return estimators.Hardness(x=x, mask=mask, tail_priced=tail_priced, info=info)
+
+
+def evt(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.Hardness:
+    """Returns the paper's tail-aware hardness: the plug-in GPD maximum-likelihood tail."""
+    return estimate(scores, config, ESTIMATOR_METHODS["evt"])
+
+
+def evt_averaged(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.Hardness:
+    """Returns the tail-aware hardness averaged over the profile likelihood in xi (no hard 0)."""
+    return estimate(scores, config, ESTIMATOR_METHODS["evt_averaged"])
