@@ -1,0 +1,28 @@
+"""Score an ILIAS-format feature folder: sampled scores and a prediction, or the exact mAP@k.
+
+Command:
+  python launch.py --config=configs/ilias.py --config.features=DIR \
+      --config.sample_fraction=0.05 --workdir=W
+Writes W/sampled_scores.npz and W/prediction.json (`n_target` defaults to the number of
+distractors in DIR). With --config.sample_fraction=1.0 the evaluation is exact: prediction.json
+has "estimator": "exact" and `map` is the official mAP@k, and W/ranked_top1000.pkl holds the
+ranked lists in the official pickle layout. --config.queries=text scores the text queries.
+Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (see README).
+"""
+
+from configs import default
+
+
+def get_config(arg=None):
+    c = default.get_config(arg)
+    c.job = "tailaware.ilias"
+    c.features = ""  # the ILIAS-format feature folder
+    c.queries = "image"  # "image" or "text"; evaluated separately, never averaged
+    c.sample_fraction = 0.05  # uniform distractor sample (tailaware.sampling); 1.0 = exact
+    c.backend = "auto"  # "auto" (jax on accelerators, host on CPU), "host", "jax", "faiss"
+    c.matmul_dtype = "float16"  # jax backend inputs: float16, bfloat16 or float32
+    c.block_size = 32768  # distractor rows per block
+    c.expected_shards = 0  # fail unless exactly this many shards (0: what the folder holds)
+    c.checkpoint_every_s = 60.0  # write the per-process partial at most this often
+    c.distributed = False  # call jax.distributed.initialize() (multi-host)
+    return c

@@ -1,0 +1,434 @@
+"""The scoring engine: queries against a stream of distractor blocks, top-M and exact counts.
+
+For every query the engine keeps the M highest similarities to the scored distractors (with
+their ids) and counts, for each of the query's positives, the scored distractors strictly above
+it (exact, also beyond the M-th score). Shards stream through in blocks, so peak memory does not
+depend on how many shards there are; a checkpoint after each shard lets an interrupted run
+resume, and under `jax.distributed` each process scores a deterministic subset of the shards
+whose partial results merge exactly (`topk.merge_states`).
+
+Backends (all give the same top-M scores and counts on the same float32 scores):
+- "host": numpy (OpenBLAS) matmul and the filtered numpy selection of `tailaware.topk`; the
+  fastest on CPU, where XLA's matmul and top-k are slower.
+- "jax": jit-compiled blocked matmul (float16/bfloat16 inputs, float32 accumulation) with the
+  top-M and counts on device, queries sharded over the local devices; for accelerators.
+- "faiss": faiss `IndexFlatIP` search of each block's top-M plus a range search for the
+  counts of the queries whose positives fall below it (faiss-gpu for the search when present
+  and M <= 2048, faiss's GPU limit).
+
+Shapes: Q queries, D descriptor dims, B block rows, M kept scores, P positive slots.
+Distractor ids are `shard << 32 | row`, so ties order by file position.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import threadpoolctl
+from absl import logging
+
+from tailaware import atomic, sampling, topk
+from tailaware.topk import TopState
+
+BACKENDS = ("host", "jax", "faiss")
+ROW_BITS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One distractor file: `read_ids()` -> [n] ids, `read_rows(rows)` -> [len(rows), D]."""
+
+    number: int
+    name: str
+    num_rows: int
+    read_ids: Callable[[], np.ndarray]
+    read_rows: Callable[[np.ndarray], np.ndarray]
+
+
+def global_ids(shard: int, rows: np.ndarray) -> np.ndarray:
+    """Returns the engine's int64 distractor ids: shard number and row within the file."""
+    return (np.int64(shard) << np.int64(ROW_BITS)) | np.asarray(rows, np.int64)
+
+
+def split_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of `global_ids`: (shard numbers, rows)."""
+    ids = np.asarray(ids, np.int64)
+    return ids >> np.int64(ROW_BITS), ids & np.int64((1 << ROW_BITS) - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends: score one block of descriptors and fold it into the running state.
+
+
+class HostBackend:
+    """numpy matmul (float32 from the stored float16) + `topk.HostTopM`, in parallel threads.
+
+    Each block is cut into column chunks of at most M distractors; thread t scores chunks
+    t, t + T, ... into its own `HostTopM` (single-threaded BLAS per thread, so the filtering of
+    one chunk overlaps the matmul of another), and the threads' states merge exactly. Each
+    filters with the highest of all the threads' thresholds.
+    """
+
+    def __init__(self, queries: np.ndarray, m: int, threads: int | None = None, chunk=2048):
+        self.queries = np.ascontiguousarray(queries, np.float32)
+        self.m, self.chunk = m, min(chunk, m)
+        self.threads = threads or os.cpu_count() or 1
+        self.pool = futures.ThreadPoolExecutor(self.threads)
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        return self.queries @ np.asarray(x, np.float32).T
+
+    def start(self, pos_scores: np.ndarray, state: TopState) -> None:
+        self.tops = [topk.HostTopM(pos_scores, self.m, start=state)]
+        self.tops += [topk.HostTopM(pos_scores, self.m) for _ in range(self.threads - 1)]
+        for top in self.tops:
+            top.peers = [other for other in self.tops if other is not top]
+
+    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        starts = list(range(0, x.shape[0], self.chunk))
+
+        def work(t):
+            mine = starts[t :: self.threads]
+            if self.tops[t].cold and mine:
+                # Until a query has M scores nothing can be filtered: select from one wide
+                # slab instead of many narrow chunks that would all overflow the buffer.
+                cols = np.concatenate([np.arange(c, min(c + self.chunk, x.shape[0])) for c in mine])
+                xc = x[cols].astype(np.float32)
+                self.tops[t].add_scores(self.queries @ xc.T, ids[cols])
+                return
+            for c in mine:
+                xc = x[c : c + self.chunk].astype(np.float32)
+                self.tops[t].add_scores(self.queries @ xc.T, ids[c : c + self.chunk])
+
+        blas_threads = max(1, (os.cpu_count() or 1) // self.threads)
+        with threadpoolctl.threadpool_limits(blas_threads, user_api="blas"):
+            for f in [self.pool.submit(work, t) for t in range(self.threads)]:
+                f.result()
+
+    def state(self) -> TopState:
+        state = self.tops[0].state()
+        for top in self.tops[1:]:
+            state = topk.merge_states(state, top.state())
+        return state
+
+
+class JaxBackend:
+    """Everything on device: blocked matmul, fused counts, top-M by `lax.top_k` (sharded on Q)."""
+
+    def __init__(self, queries: np.ndarray, m: int, block_size: int, dtype: str = "float16"):
+        self.m, self.block_size = m, block_size
+        self.dtype = jnp.dtype(dtype)
+        devices = jax.local_devices()
+        self.num_queries = queries.shape[0]
+        pad = -self.num_queries % len(devices)
+        mesh = jax.sharding.Mesh(np.asarray(devices), ("q",))
+        self.rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("q"))
+        self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        q = np.concatenate([queries, np.zeros((pad, queries.shape[1]), queries.dtype)])
+        self.queries = jax.device_put(q.astype(self.dtype), self.rows)
+        self.pad = pad
+        self._scores = jax.jit(_dot)
+        self._step = jax.jit(
+            _jax_step,
+            donate_argnums=(0,),
+            out_shardings=(self.rows, self.rows, self.rows, self.rows),
+        )
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        out = self._scores(self.queries, jax.device_put(x.astype(self.dtype), self.replicated))
+        return np.asarray(jax.device_get(out))[: self.num_queries]
+
+    def start(self, pos_scores: np.ndarray, state: TopState) -> None:
+        pos = np.where(np.isnan(pos_scores), np.inf, pos_scores).astype(np.float32)
+        state = topk.sorted_state(state)  # lax.top_k breaks ties by position: order by id
+        shard_no, rows = split_ids(np.where(state.ids >= 0, state.ids, 0))
+        arrays = (
+            state.vals,
+            np.where(state.ids >= 0, shard_no, -1).astype(np.int32),
+            np.where(state.ids >= 0, rows, -1).astype(np.int32),
+            state.counts.astype(np.int32),
+        )
+        self.carry = tuple(jax.device_put(self._pad(a), self.rows) for a in arrays)
+        self.pos = jax.device_put(self._pad(pos, np.inf), self.rows)
+
+    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        n = x.shape[0]
+        if n > self.block_size:
+            raise ValueError(f"block of {n} rows exceeds block_size {self.block_size}")
+        # A fixed block shape keeps one compiled step; padding rows are masked out.
+        xb = np.zeros((self.block_size, x.shape[1]), self.dtype)
+        xb[:n] = x
+        shard_no, rows = split_ids(ids)
+        sb = np.full(self.block_size, -1, np.int32)
+        rb = np.full(self.block_size, -1, np.int32)
+        sb[:n], rb[:n] = shard_no, rows
+        put = lambda a: jax.device_put(a, self.replicated)
+        self.carry = self._step(
+            self.carry,
+            self.queries,
+            put(xb),
+            put(sb),
+            put(rb),
+            put(np.arange(self.block_size) < n),
+            self.pos,
+        )
+
+    def state(self) -> TopState:
+        vals, shard_no, rows, counts = (
+            np.asarray(a)[: self.num_queries] for a in jax.device_get(self.carry)
+        )
+        ids = np.where(shard_no >= 0, global_ids(shard_no.astype(np.int64), rows), -1)
+        return TopState(vals, ids, counts.astype(np.int64))
+
+    def _pad(self, a, value=0):
+        width = [(0, self.pad)] + [(0, 0)] * (a.ndim - 1)
+        return np.pad(a, width, constant_values=value)
+
+
+def _dot(q, x):
+    return jax.lax.dot_general(q, x, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _jax_step(carry, queries, x, shard_no, rows, valid, pos):
+    """One block on device: [Q, B] scores, count sums, and top-M of (state, block)."""
+    vals, s_ids, r_ids, counts = carry
+    s = jnp.where(valid[None, :], _dot(queries, x), -jnp.inf)
+    counts = counts + (s[:, None, :] > pos[:, :, None]).sum(axis=2, dtype=jnp.int32)
+    q = s.shape[0]
+    # lax.top_k puts the lower index first among equals: the state (earlier ids) wins ties.
+    all_vals = jnp.concatenate([vals, s], axis=1)
+    all_s = jnp.concatenate([s_ids, jnp.broadcast_to(shard_no, (q, shard_no.size))], axis=1)
+    all_r = jnp.concatenate([r_ids, jnp.broadcast_to(rows, (q, rows.size))], axis=1)
+    vals, idx = jax.lax.top_k(all_vals, vals.shape[1])
+    take = lambda a: jnp.take_along_axis(a, idx, axis=1)
+    return vals, take(all_s), take(all_r), counts
+
+
+class FaissBackend:
+    """faiss `IndexFlatIP` per block: its top-M feed the running top-M; range search counts."""
+
+    def __init__(self, queries: np.ndarray, m: int):
+        import faiss
+
+        self.faiss = faiss
+        self.queries = np.ascontiguousarray(queries, np.float32)
+        self.m = m
+        self.gpu = m <= 2048 and hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        index = self._index(x)
+        vals, idx = index.search(self.queries, x.shape[0])
+        out = np.empty_like(vals)
+        np.put_along_axis(out, idx, vals, axis=1)
+        return out
+
+    def start(self, pos_scores: np.ndarray, state: TopState) -> None:
+        self.top = topk.HostTopM(pos_scores, self.m, start=state)
+        self.pos_scores = pos_scores
+
+    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        index = self._index(x)
+        search = self.faiss.index_cpu_to_all_gpus(index) if self.gpu else index
+        k = min(self.m, x.shape[0])
+        vals, idx = search.search(self.queries, k)
+        rows = np.repeat(np.arange(vals.shape[0]), k)
+        self.top.add_candidates(rows, vals.ravel(), ids[idx.ravel()])
+        # Counts: the block's top-k are complete above its k-th score; queries with a positive
+        # below it need every block score above their lowest positive (range search).
+        counter = self.top.counter
+        kth = vals[:, -1] if k == self.m else np.full(vals.shape[0], -np.inf, np.float32)
+        easy = counter.min_pos >= kth
+        sel = easy[:, None] & (vals > counter.min_pos[:, None])
+        r = np.nonzero(sel)[0]
+        self.top.counts += counter.count(r, vals[sel])
+        for chunk in np.array_split(np.flatnonzero(~easy), max(1, int((~easy).sum()) // 32)):
+            if chunk.size == 0:
+                continue
+            radius = float(counter.min_pos[chunk].min())
+            lims, dist, _ = index.range_search(self.queries[chunk], radius)
+            r = np.repeat(chunk, np.diff(lims).astype(np.int64))
+            self.top.counts += counter.count(r, dist)
+
+    def state(self) -> TopState:
+        return self.top.state()
+
+    def _index(self, x):
+        index = self.faiss.IndexFlatIP(x.shape[1])
+        index.add(np.ascontiguousarray(x, np.float32))
+        return index
+
+
+def make_backend(name: str, queries: np.ndarray, m: int, block_size: int, dtype: str):
+    """Returns the backend `name` ("auto": "jax" on an accelerator, else "host")."""
+    if name == "auto":
+        name = "host" if jax.default_backend() == "cpu" else "jax"
+    if name == "host":
+        return HostBackend(queries, m)
+    if name == "jax":
+        return JaxBackend(queries, m, block_size, dtype)
+    if name == "faiss":
+        return FaissBackend(queries, m)
+    raise ValueError(f"unknown scoring backend {name!r}; expected 'auto' or one of {BACKENDS}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming over shards, with checkpoints and a multi-process split.
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpec:
+    """What a search is: the same spec on resume, or the checkpoint is not used."""
+
+    fraction: float
+    seed: int
+    m: int
+    fingerprint: str  # e.g. a digest of the query and positive ids
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def assign_shards(shards: Sequence[Shard], process: int, count: int) -> list[Shard]:
+    """Returns process `process`'s deterministic share of the shards (round robin by number)."""
+    return [s for s in sorted(shards, key=lambda s: s.number) if s.number % count == process]
+
+
+def sampled_rows(shard: Shard, fraction: float, seed: int) -> np.ndarray:
+    """Returns the sorted rows of `shard` inside the uniform sample (reads only the ids)."""
+    ids = shard.read_ids()
+    if len(np.unique(ids)) != len(ids):
+        uniq, counts = np.unique(ids, return_counts=True)
+        raise ValueError(f"{shard.name}: duplicate distractor id {str(uniq[counts > 1][0])!r}")
+    return np.flatnonzero(sampling.in_sample(ids, fraction, seed))
+
+
+def score_shards(
+    backend,
+    pos_scores: np.ndarray,
+    shards: Sequence[Shard],
+    spec: SearchSpec,
+    *,
+    block_size: int,
+    checkpoint: str | None = None,
+    checkpoint_every_s: float = 0.0,
+) -> tuple[TopState, int]:
+    """Streams `shards` through `backend`; returns the sorted state and the sample size S.
+
+    With `checkpoint`, the state is written there atomically after a shard (at most every
+    `checkpoint_every_s` seconds, always after the last), and a run that finds a checkpoint of
+    the same spec resumes after the shards it names.
+    """
+    shards = sorted(shards, key=lambda s: s.number)
+    state = topk.empty_state(pos_scores.shape[0], spec.m, pos_scores.shape[1])
+    done, n_sample = [], 0
+    if checkpoint and os.path.exists(checkpoint):
+        state, done, n_sample = load_checkpoint(checkpoint, spec)
+        if done != [s.number for s in shards[: len(done)]]:
+            raise ValueError(
+                f"{checkpoint}: covers shards {done}, not a prefix of this process's shards; "
+                "remove it to start over"
+            )
+        logging.info("resuming after %d shards from %s", len(done), checkpoint)
+    todo = shards[len(done) :]
+    backend.start(pos_scores, state)
+    progress = _Progress(sum(s.num_rows for s in todo))
+    last_write = time.monotonic()
+    for shard, rows, blocks in _read_ahead(todo, spec, block_size):
+        for start, x in blocks:
+            backend.add(x, global_ids(shard.number, rows[start : start + x.shape[0]]))
+        n_sample += rows.size
+        done.append(shard.number)
+        progress.update(shard)
+        if checkpoint and time.monotonic() - last_write >= checkpoint_every_s:
+            # Continue from the canonical state, so a resumed run repeats exactly this path.
+            state = backend.state()
+            save_checkpoint(checkpoint, state, done, n_sample, spec)
+            backend.start(pos_scores, state)
+            last_write = time.monotonic()
+    state = topk.sorted_state(backend.state())
+    if checkpoint:  # the final partial, also for a process with no shards (merged by process 0)
+        save_checkpoint(checkpoint, state, done, n_sample, spec)
+    return state, n_sample
+
+
+def save_checkpoint(path, state: TopState, done, n_sample, spec: SearchSpec) -> None:
+    """Writes a partial result atomically (state, shards done, S, spec)."""
+    atomic.write_npz(
+        path,
+        vals=state.vals,
+        ids=state.ids,
+        counts=state.counts,
+        done=np.asarray(done, np.int64),
+        n_sample=np.int64(n_sample),
+        spec=np.asarray(spec.to_json()),
+    )
+
+
+def load_checkpoint(path, spec: SearchSpec | None = None):
+    """Reads a partial result: (state, shards done, S); checks the spec when given."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            fields = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable partial result ({e}); remove it to start over") from e
+    if spec is not None and str(fields["spec"]) != spec.to_json():
+        raise ValueError(
+            f"{path}: partial result of a different search ({fields['spec']}); expected "
+            f"{spec.to_json()}; remove it or use another workdir"
+        )
+    state = TopState(fields["vals"], fields["ids"], fields["counts"])
+    return state, [int(d) for d in fields["done"]], int(fields["n_sample"])
+
+
+def _read_ahead(shards, spec, block_size) -> Iterator:
+    """Yields (shard, sampled rows, blocks), reading ahead in background threads.
+
+    The next shard's sample (its ids, hashed) and the next block's rows are prepared while the
+    current block is scored.
+    """
+    with futures.ThreadPoolExecutor(1) as reader, futures.ThreadPoolExecutor(1) as hasher:
+        sample = lambda s: hasher.submit(sampled_rows, s, spec.fraction, spec.seed)
+        upcoming = sample(shards[0]) if shards else None
+        for i, shard in enumerate(shards):
+            rows = upcoming.result()
+            upcoming = sample(shards[i + 1]) if i + 1 < len(shards) else None
+
+            def blocks(shard=shard, rows=rows):
+                pending = None
+                for start in range(0, rows.size, block_size):
+                    nxt = reader.submit(shard.read_rows, rows[start : start + block_size])
+                    if pending is not None:
+                        yield pending[0], pending[1].result()
+                    pending = (start, nxt)
+                if pending is not None:
+                    yield pending[0], pending[1].result()
+
+            yield shard, rows, blocks()
+
+
+class _Progress:
+    """Logs rows per second and the ETA after each shard."""
+
+    def __init__(self, total_rows: int):
+        self.total, self.done, self.t0 = total_rows, 0, time.monotonic()
+
+    def update(self, shard: Shard) -> None:
+        self.done += shard.num_rows
+        elapsed = time.monotonic() - self.t0
+        rate = self.done / max(elapsed, 1e-9)
+        eta = (self.total - self.done) / max(rate, 1e-9)
+        logging.info(
+            "%s done: %d/%d rows (%.1f%%), %.0f rows/s, ETA %.0f s",
+            shard.name,
+            self.done,
+            self.total,
+            100.0 * self.done / max(self.total, 1),
+            rate,
+            eta,
+        )
