@@ -24,6 +24,15 @@ def get_config(arg=None):
     c.evt.threshold_quantile = 0.95  # threshold u at this quantile of the kept scores
     c.evt.min_count = 5  # fewer sampled distractors than this above a positive: use the tail
 
+    # The protocol around a prediction (tailaware/protocol.py): intervals, curve, diagnostics.
+    c.protocol = config_dict.ConfigDict()
+    c.protocol.query_replicates = 1000  # query bootstrap
+    c.protocol.nested_replicates = 50  # also resample the distractor sample and refit; 0 = off
+    c.protocol.curve_points = 25  # the curve over N = 1e3 .. 1e9
+    c.protocol.budget_levels = 3  # nested sub-samples S/8, S/4, S/2 for the budget verdict
+    c.protocol.seed = 0
+    c.protocol.blocks = ()  # sampled-scores files of disjoint id-hash blocks, for drift
+
     # The synthetic benchmark of the demo.
     c.demo = config_dict.ConfigDict()
     c.demo.n_instances = 120

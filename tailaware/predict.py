@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, estimators, law, metrics
+from tailaware import atomic, estimators, law, metrics, protocol
 from tailaware import scores as scores_lib
 
 
@@ -62,13 +62,17 @@ def predict(scores: scores_lib.SampledScores, config, n_target: int) -> dict:
     }
     if scores.query_ids is not None:
         result["query_ids"] = [str(q) for q in scores.query_ids]
+    # Intervals, the curve, other metrics, more baselines and the budget/drift diagnostics.
+    result.update(protocol.augment(result, scores, config, n_target, hardness))
     return result
 
 
 def format_table(result: dict) -> str:
     """Returns a plain-text table of a prediction and its baselines."""
     k, n = result["k"], result["n_target"]
+    warnings = result.get("diagnostics", {}).get("summary", [])[:-1]
     lines = [
+        *warnings,
         f"mAP@{k} at N = {n:,} from S = {result['n_sample']:,} sampled distractors "
         f"({result['num_queries']} queries)",
         f"  {'estimator':<22}{'mAP@' + str(k):>10}",
@@ -99,4 +103,6 @@ def run(config, workdir: str) -> None:
     if config.n_target < 1:
         raise ValueError("--config.n_target must be the target gallery size N (>= 1)")
     scores = scores_lib.load_scores(config.scores)
-    write_prediction(predict(scores, config, int(config.n_target)), workdir)
+    result = predict(scores, config, int(config.n_target))
+    write_prediction(result, workdir)
+    protocol.plot_curve(os.path.join(workdir, "prediction_curve.png"), result)

@@ -80,6 +80,7 @@ class HostBackend:
         self.m, self.chunk = m, min(chunk, m)
         self.threads = threads or os.cpu_count() or 1
         self.pool = futures.ThreadPoolExecutor(self.threads)
+        self.buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         return self.queries @ np.asarray(x, np.float32).T
@@ -102,9 +103,22 @@ class HostBackend:
                 xc = x[cols].astype(np.float32)
                 self.tops[t].add_scores(self.queries @ xc.T, ids[cols])
                 return
+            # Reused per-thread buffers: fresh multi-MB arrays per chunk cost page faults.
+            n, d = self.chunk, x.shape[1]
+            bufs = self.buffers.get(t)
+            if bufs is None or bufs[0].shape[1] != d:
+                bufs = self.buffers[t] = (
+                    np.empty((n, d), np.float32),
+                    np.empty((self.queries.shape[0], n), np.float32),
+                )
             for c in mine:
-                xc = x[c : c + self.chunk].astype(np.float32)
-                self.tops[t].add_scores(self.queries @ xc.T, ids[c : c + self.chunk])
+                xc = x[c : c + n]
+                if xc.shape[0] == n:
+                    np.copyto(bufs[0], xc)  # float16 -> float32
+                    scores = np.matmul(self.queries, bufs[0].T, out=bufs[1])
+                else:
+                    scores = self.queries @ xc.astype(np.float32).T
+                self.tops[t].add_scores(scores, ids[c : c + n])
 
         blas_threads = max(1, (os.cpu_count() or 1) // self.threads)
         with threadpoolctl.threadpool_limits(blas_threads, user_api="blas"):
@@ -112,10 +126,19 @@ class HostBackend:
                 f.result()
 
     def state(self) -> TopState:
-        state = self.tops[0].state()
-        for top in self.tops[1:]:
-            state = topk.merge_states(state, top.state())
-        return state
+        # Rows are independent: each thread builds and merges the state of a slice of queries.
+        q = self.queries.shape[0]
+        edges = np.linspace(0, q, self.threads + 1).astype(int)
+
+        def part(i):
+            rows = slice(edges[i], edges[i + 1])
+            state = self.tops[0].state(rows)
+            for top in self.tops[1:]:
+                state = topk.merge_states(state, top.state(rows))
+            return state
+
+        parts = list(self.pool.map(part, range(self.threads)))
+        return TopState(*(np.concatenate(field) for field in zip(*parts, strict=True)))
 
 
 class JaxBackend:

@@ -142,11 +142,16 @@ class HostTopM:
         tau = self.bound()
         floor = np.where(dense, self.counter.min_pos, np.minimum(tau, self.counter.min_pos))
         flat = np.flatnonzero(scores >= floor[:, None])  # far faster than a 2-D np.nonzero
-        rows, cols = np.divmod(flat, b)
+        if b and b & (b - 1) == 0:  # a power of two (the usual chunk): shifts, not an int64 divide
+            rows, cols = flat >> (b.bit_length() - 1), flat & (b - 1)
+        else:
+            rows, cols = np.divmod(flat, b)
         values = scores.ravel()[flat]
         above_pos = values > self.counter.min_pos[rows]
         self.counts += self.counter.count(rows[above_pos], values[above_pos])
-        keep = (values >= tau[rows]) & ~dense[rows]
+        keep = values >= tau[rows]
+        if dense.any():
+            keep &= ~dense[rows]
         rows, cols, values = rows[keep], cols[keep], values[keep]
         new = np.bincount(rows, minlength=q)
         full = np.flatnonzero(self.fill + new > self.width)
@@ -184,18 +189,25 @@ class HostTopM:
         """Whether some query has not yet seen M scores (its threshold is still -inf)."""
         return bool(np.isneginf(self.tau).any())
 
-    def state(self) -> TopState:
-        """Returns each row's M best (exact ties by id; not sorted, see `sorted_state`)."""
-        vals, ids = _top_rows(self.vals, lambda r, c: self.ids.ravel()[r * self.width + c], self.m)
-        return TopState(vals.copy(), ids.copy(), self.counts.copy())
+    def state(self, rows: slice = slice(None)) -> TopState:
+        """Returns each row's M best (exact ties by id; not sorted, see `sorted_state`).
+
+        `rows`: a slice of the queries, so callers can build the state in parallel pieces.
+        """
+        buf_ids = self.ids[rows]
+        vals, ids = _top_rows(
+            self.vals[rows], lambda r, c: buf_ids.ravel()[r * self.width + c], self.m
+        )
+        return TopState(vals.copy(), ids.copy(), self.counts[rows].copy())
 
     def _append(self, rows, values, ids):
         if rows.size == 0:
             return
         # Rows arrive sorted, so a candidate's slot is its offset within its row's run.
         new = np.bincount(rows, minlength=self.fill.size)
-        starts = np.cumsum(new) - new
-        flat = rows * self.width + self.fill[rows] + (np.arange(rows.size) - starts[rows])
+        # slot = row * W + fill[row] + (i - first index of the row's run), one gather per entry
+        offset = np.arange(self.fill.size) * self.width + self.fill - (np.cumsum(new) - new)
+        flat = offset[rows] + np.arange(rows.size)
         self.vals.ravel()[flat] = values
         self.ids.ravel()[flat] = ids
         self.fill += new
@@ -243,7 +255,7 @@ def _top_rows(vals: np.ndarray, id_of, m: int) -> tuple[np.ndarray, np.ndarray]:
     # above the m-th, unless ties at it overflow the m slots (rare; resolved by id per row).
     cut = np.partition(vals, w - m, axis=1)[:, w - m]
     keep = vals >= cut[:, None]
-    for row in np.flatnonzero(keep.sum(axis=1) > m):
+    for row in np.flatnonzero(np.count_nonzero(keep, axis=1) > m):
         above = np.flatnonzero(vals[row] > cut[row])
         tied = np.flatnonzero(vals[row] == cut[row])
         tied_ids = id_of(np.full(tied.size, row), tied)
@@ -251,7 +263,8 @@ def _top_rows(vals: np.ndarray, id_of, m: int) -> tuple[np.ndarray, np.ndarray]:
         keep[row, above] = True
         keep[row, tied[np.argsort(tied_ids, kind="stable")[: m - above.size]]] = True
     flat = np.flatnonzero(keep)
-    rows, cols = np.divmod(flat, w)
+    rows = np.repeat(np.arange(r), m)  # exactly m kept per row: no integer divide needed
+    cols = flat - rows * w
     return vals.ravel()[flat].reshape(r, m), id_of(rows, cols).reshape(r, m)
 
 
@@ -260,8 +273,17 @@ def _sorted_rows(vals: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
     order = np.argsort(-vals, axis=1)  # numpy's SIMD quicksort; ties are fixed below
     vals = np.take_along_axis(vals, order, axis=1)
     ids = np.take_along_axis(ids, order, axis=1)
-    ties = (vals[:, 1:] == vals[:, :-1]) & np.isfinite(vals[:, 1:])
-    for r in np.flatnonzero(ties.any(axis=1)):
-        row = np.lexsort((ids[r], -vals[r]))
-        vals[r], ids[r] = vals[r, row], ids[r, row]
+    # Runs of equal finite scores are contiguous after the sort: reorder only the ids inside
+    # them, all rows at once (a small lexsort of the tied entries by run, then id).
+    r, w = vals.shape
+    if w < 2:
+        return vals, ids
+    ties = np.zeros((r, w + 1), bool)
+    ties[:, 1:w] = (vals[:, 1:] == vals[:, :-1]) & np.isfinite(vals[:, 1:])
+    starts = ties[:, 1:] & ~ties[:, :-1]  # first entry of each tied run (it is not tied back)
+    in_run = np.flatnonzero(ties[:, :w] | starts)
+    if in_run.size:
+        run = np.cumsum(starts.ravel()[in_run])
+        flat_ids = ids.ravel()
+        flat_ids[in_run] = flat_ids[in_run[np.lexsort((flat_ids[in_run], run))]]
     return vals, ids

@@ -99,6 +99,7 @@ def config(folder, top_m=60, **overrides):
     c.evt.top_m = top_m
     c.block_size = 64
     c.checkpoint_every_s = 0.0
+    c.protocol.nested_replicates = 0  # the protocol has its own tests; keep these quick
     for key, value in overrides.items():
         setattr(c, key, value)
     return c
@@ -136,6 +137,7 @@ def test_sampled_mode_through_launch(folder, tmp_path):
             "--config.sample_fraction=0.5",
             "--config.evt.top_m=40",
             "--config.block_size=50",
+            "--config.protocol.nested_replicates=0",
             f"--workdir={tmp_path}",
         ],
         cwd=ROOT,
@@ -194,6 +196,7 @@ from configs import ilias as c
 from tailaware import ilias
 cfg = c.get_config()
 cfg.features, cfg.sample_fraction, cfg.evt.top_m, cfg.block_size = {folder!r}, 0.6, 50, 64
+cfg.protocol.nested_replicates = 0
 ilias.run(cfg, {work!r})
 """
 

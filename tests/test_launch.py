@@ -68,6 +68,7 @@ def test_predict_command(tmp_path):
         "--config.k=100",
         "--config.estimator=count",
         f"--workdir={tmp_path}",
+        "--config.protocol.nested_replicates=0",
     )
     pred = json.loads((tmp_path / "prediction.json").read_text())
     want = metrics.ap_at_k_from_counts(counts, counts >= 0, 100)
@@ -82,11 +83,17 @@ def test_predict_command(tmp_path):
         "--config.k=100",
         "--config.estimator=count",
         f"--workdir={tmp_path}",
+        "--config.protocol.nested_replicates=0",
     )
     big = json.loads((tmp_path / "prediction.json").read_text())
     direct = law.map_at_k(np.where(counts >= 0, counts, 0) / s, counts >= 0, 1e6, 100.0)[0]
     np.testing.assert_allclose(big["map"], float(direct), atol=1e-6)
     assert big["map"] < pred["map"]
+    lo, hi = big["ci90"]
+    assert lo <= big["map"] <= hi and big["ci95"][0] <= lo and hi <= big["ci95"][1]
+    assert len(big["curve"]["n"]) == len(big["curve"]["map"]) > 2
+    assert "budget" in big["diagnostics"]
+    assert (tmp_path / "prediction_curve.png").exists()
 
 
 def test_predict_command_rejects_bad_file(tmp_path):

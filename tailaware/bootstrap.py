@@ -1,0 +1,394 @@
+"""Bootstrap intervals for a predicted mAP@k: over queries, and nested over the distractor sample.
+
+Two sources of uncertainty (paper Sec. 4-5, App. C-D):
+
+* queries: the benchmark's queries are a sample of possible queries. The query bootstrap
+  resamples the per-query AP vector (`query_bootstrap`): B replicates are one gather and a mean.
+* the distractor sample: the S sampled distractors are a sample of the pool, and the tail fits
+  inherit their noise. The nested bootstrap (`nested_bootstrap`) resamples each query's
+  distractor sample with Poisson(1) weights (the Poisson bootstrap of all S distractors,
+  restricted to what the estimator reads: the top L stored scores and the counts) and reruns the
+  estimator from scratch, vmapped over replicates in one jit call. Resampled stored scores keep
+  their order; a positive's resampled count is the weight of the stored scores above it plus a
+  nested Poisson draw for the unstored distractors above it, so counts and tail stay
+  consistent. Each replicate also resamples queries, so it carries both sources; averaging the
+  same replicates over all queries gives the distractor-only part.
+
+The estimator inside the nested bootstrap is a pure-JAX hardness function (`hardness_fn`):
+count, homogeneous, or the tail-aware core `hardness.log_tail_prob` combined with counts as
+`hardness.estimate` does (count for positives at least `min_count` sampled distractors beat,
+the fitted tail otherwise).
+
+Shapes: Q queries, P positives (padded), M stored tail scores, L <= M of them resampled,
+B replicates, G gallery sizes.
+"""
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tailaware import law
+from tailaware.scores import SampledScores
+
+LEVELS = (0.90, 0.95)
+
+
+def percentile_interval(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
+    """Returns the [lo, hi] percentile interval of `samples` along `axis` (numpy)."""
+    a = (1.0 - level) / 2.0
+    return np.quantile(samples, [a, 1.0 - a], axis=axis)
+
+
+@functools.partial(jax.jit, static_argnames=("num_replicates",))
+def _query_means(key, aps, num_replicates):
+    q = aps.shape[-1]
+    idx = jax.random.randint(key, (num_replicates, q), 0, q)
+    return jnp.mean(aps[..., idx], axis=-1)  # [..., B]
+
+
+def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarray:
+    """Returns bootstrap replicates of mean AP over resampled queries.
+
+    Args:
+      aps: [Q] or [G, Q] per-query AP (one row per gallery size; all rows share the resampled
+        query sets, so a band over sizes is coherent).
+      num_replicates: B.
+      seed: PRNG seed.
+
+    Returns:
+      [B] or [G, B] float64 replicates of mAP.
+    """
+    aps = jnp.asarray(aps, jnp.float32)
+    out = _query_means(jax.random.key(seed), aps, num_replicates)
+    return np.asarray(jax.device_get(out), np.float64)
+
+
+# --- the estimator as a pure function of one sample ------------------------------------------
+
+
+@functools.cache
+def hardness_fn(name: str, min_count: int = 5) -> Callable | None:
+    """Returns x(tail [Q, L], pos, counts, mask [Q, P], S, q') -> [Q, P], or None.
+
+    `tail` holds the top L (resampled) scores of each query and q' puts the threshold where the
+    estimator puts it on all its kept scores (see `core`).
+    None when the estimator has no JAX form here (the nested bootstrap is then skipped).
+    Cached, so that the jitted bootstrap compiles once per estimator.
+    """
+    if name == "count":
+        return lambda tail, pos, counts, mask, s, tq: jnp.where(mask, counts / s, 0.0)
+    if name == "homogeneous":
+
+        def homogeneous(tail, pos, counts, mask, s, tq):
+            k = jnp.sum(jnp.where(mask, counts, 0.0), axis=1, keepdims=True)
+            n = jnp.maximum(jnp.sum(mask, axis=1, keepdims=True), 1).astype(counts.dtype)
+            return jnp.where(mask, k / (n * s), 0.0)
+
+        return homogeneous
+    if name not in ("evt", "evt_averaged"):
+        return None
+    from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
+
+    # hardness.evt / evt_averaged call `estimate` with these tail models; a module-level
+    # ESTIMATOR_METHODS there, when present, is the source of truth.
+    methods = getattr(hardness, "ESTIMATOR_METHODS", {"evt": "mle", "evt_averaged": "mean"})
+    method = methods[name]
+
+    def evt(tail, pos, counts, mask, s, threshold_quantile):
+        log_x = hardness.log_tail_prob(
+            jnp.where(mask, pos, jnp.nan), tail, s, threshold_quantile, method
+        )
+        u, _, ex_mask = hardness.excesses(tail, threshold_quantile)
+        fitted = jnp.any(ex_mask, axis=1)
+        tail_priced = mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
+        x = jnp.where(tail_priced, jnp.exp(log_x), counts / s)
+        return jnp.where(mask, x, 0.0)
+
+    return evt
+
+
+class Core(NamedTuple):
+    """The estimator's inputs at a fixed shape, shared by every (sub-)sample of one study.
+
+    Attributes:
+      tail: [Q, L] top stored scores, -inf padded past each sample's own L_s (see `core`).
+      pos, counts, fixed: [Q, P] float32 (0 at padding); mask [Q, P].
+      s: S.
+      threshold_quantile: q' (static): the (k + 1)-th of L_s kept scores is the threshold the
+        estimator puts at its q-quantile of min(M, top_m).
+    """
+
+    tail: jax.Array
+    pos: jax.Array
+    counts: jax.Array
+    mask: jax.Array
+    fixed: jax.Array
+    s: jax.Array
+    threshold_quantile: float
+
+
+def _n_excess(config, m: int) -> int:
+    return int(np.floor((1.0 - float(config.evt.threshold_quantile)) * m + 0.5))
+
+
+def resample_width(config, m: int) -> int:
+    """Returns L, the stored scores the nested bootstrap resamples: the fit's excesses and a margin.
+
+    A Poisson-resampled top k + 1 comes from the original top k + 1 + O(sqrt(k)) scores; 8 sd
+    of margin makes running short a < 1e-12 event.
+    """
+    k = _n_excess(config, m)
+    return int(min(m, k + 1 + int(np.ceil(8.0 * np.sqrt(k + 1))) + 16))
+
+
+def core(scores: SampledScores, config, reference: SampledScores | None = None) -> Core:
+    """Returns the fixed-shape inputs of `scores` for `hardness_fn`.
+
+    The estimator sets its threshold at the (k + 1)-th largest of m = min(M, top_m) kept
+    scores, k = round((1 - q) m). Here every sample of a study (the `reference` sample and its
+    sub-samples) gets the same width L and the same q' = 1 - k_ref / L_ref: a sample with k_s
+    excesses keeps its top L_s = round(k_s L / k_ref) scores (padded with -inf), which puts the
+    threshold at its own (k_s + 1)-th score. One compiled function then serves them all.
+    """
+    ref = scores if reference is None else reference
+    top_m = int(config.evt.top_m)
+    m_ref = min(ref.tail_scores.shape[1], top_m)
+    width = resample_width(config, m_ref)
+    k_ref = max(_n_excess(config, m_ref), 1)
+    tq = 1.0 - k_ref / width
+    m_s = min(scores.tail_scores.shape[1], top_m)
+    keep = min(int(round(_n_excess(config, m_s) * width / k_ref)), m_s, width)
+    tail = np.full((scores.num_queries, width), -np.inf, np.float32)
+    tail[:, :keep] = scores.tail_scores[:, :keep]
+    mask = scores.mask
+    return Core(
+        jnp.asarray(tail),
+        jnp.asarray(np.where(mask, scores.pos_scores, 0.0), jnp.float32),
+        jnp.asarray(np.where(mask, scores.pos_counts, 0), jnp.float32),
+        jnp.asarray(mask),
+        jnp.asarray(np.where(mask, scores.fixed_counts, 0), jnp.float32),
+        jnp.float32(scores.n_sample),
+        tq,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("fn", "threshold_quantile"))
+def _point(tail, pos, counts, mask, fixed, s, sizes, k, fn, threshold_quantile):
+    x = fn(tail, pos, counts, mask, s, threshold_quantile)
+    return jax.vmap(lambda n: law.map_at_k(x, mask, n, k, fixed)[1])(sizes), x
+
+
+def core_predict(c: Core, estimator: str, config, sizes) -> tuple[np.ndarray, np.ndarray] | None:
+    """Returns (per-query AP@k [G, Q] at `sizes`, hardness [Q, P]) through the JAX core, or None.
+
+    Agrees with `estimators.get(estimator)` followed by the law (tests check it), without
+    recompiling for every sub-sample width.
+    """
+    fn = hardness_fn(estimator, int(config.evt.min_count))
+    if fn is None:
+        return None
+    sizes = jnp.asarray(np.asarray(sizes, np.float64), jnp.float32)
+    aps, x = _point(*c[:6], sizes, jnp.float32(config.k), fn=fn, threshold_quantile=c[6])
+    aps, x = jax.device_get((aps, x))
+    return np.asarray(aps, np.float64), np.asarray(x, np.float64)
+
+
+# CDF of Poisson(1) at 0..19; the mass beyond (< 1e-18) is folded into 19.
+_POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
+# Below this mean, Poisson draws invert the CDF term by term; above it, a rounded normal (whose
+# error in the bootstrap's variance is O(1 / mean)).
+_SMALL_MEAN = 24
+
+
+def poisson_one(key, shape):
+    """Returns Poisson(1) draws by inverting the CDF (much faster on CPU than rejection)."""
+    u = jax.random.uniform(key, shape)
+    return jnp.searchsorted(jnp.asarray(_POISSON1_CDF, jnp.float32), u, side="right")
+
+
+def poisson(key, lam):
+    """Returns approximate Poisson(lam) draws (float32), exact in law for lam < 24."""
+    k_u, k_z = jax.random.split(key)
+    u = jax.random.uniform(k_u, lam.shape)
+    small = lam < _SMALL_MEAN
+    lam_s = jnp.where(small, lam, 0.0)
+
+    def term(k, carry):
+        n, pmf, cdf = carry
+        pmf = pmf * lam_s / k
+        return n + (u > cdf).astype(n.dtype), pmf, cdf + pmf
+
+    pmf = jnp.exp(-lam_s)
+    # 2 * 24 + 24 terms: the Poisson(24) mass beyond is < 1e-12.
+    n, _, _ = jax.lax.fori_loop(1, 3 * _SMALL_MEAN, term, (jnp.zeros_like(lam), pmf, pmf))
+    big = jnp.maximum(jnp.round(lam + jnp.sqrt(lam) * jax.random.normal(k_z, lam.shape)), 0.0)
+    return jnp.where(small, n, big)
+
+
+def _repeat(tail, w, cw):
+    """Returns tail[i] repeated w[i] times, cut or padded (with the last copy) to len(tail).
+
+    Slot p holds the item whose copies start at or before p: a scatter of each item's first
+    slot and a running max, O(L) where `searchsorted` is O(L log L) and slower on CPU.
+    Fewer than L copies pad with the last score; the threshold sits far above them (see
+    `resample_width`), so they never reach the fit.
+    """
+    width = tail.shape[0]
+    first = jnp.where(w > 0, cw - w, width)  # out of range -> dropped
+    item = jnp.full((width,), -1, jnp.int32).at[first].max(jnp.arange(width, dtype=jnp.int32))
+    item = jax.lax.cummax(item)
+    return tail[jnp.clip(item, 0, width - 1)]
+
+
+def resample(key, tail, pos, counts, mask):
+    """Returns a Poisson-bootstrap (tail [Q, L], counts [Q, P]) of every query's sample.
+
+    Args:
+      key: PRNG key.
+      tail: [Q, L] stored scores, descending (-inf padded when S < L).
+      pos: [Q, P] positive scores (padding arbitrary).
+      counts: [Q, P] float sampled distractors above each positive (>= the stored ones above).
+      mask: [Q, P] real positives.
+    """
+    k_tail, k_rest = jax.random.split(key)
+    finite = jnp.isfinite(tail)
+    width = tail.shape[1]
+    w = jnp.where(finite, poisson_one(k_tail, tail.shape), 0)
+    cw = jnp.cumsum(w, axis=1)
+    new_tail = jax.vmap(_repeat)(tail, w, cw)
+    n_finite = jnp.sum(finite, axis=1)[:, None]
+    new_tail = jnp.where(jnp.arange(width)[None, :] < n_finite, new_tail, -jnp.inf)
+
+    n_above = jnp.sum(tail[:, None, :] > pos[:, :, None], axis=2)  # [Q, P]
+    w_above = jnp.where(
+        n_above > 0, jnp.take_along_axis(cw, jnp.maximum(n_above - 1, 0), axis=1), 0
+    )
+    # Distractors above a positive but not among the L stored ones: nested Poisson draws.
+    rest = jnp.where(mask, counts - n_above.astype(counts.dtype), 0.0)
+    order = jnp.argsort(rest, axis=1)
+    rest_sorted = jnp.take_along_axis(rest, order, axis=1)
+    inc = jnp.diff(rest_sorted, axis=1, prepend=jnp.zeros_like(rest_sorted[:, :1]))
+    drawn = jnp.cumsum(poisson(k_rest, inc), axis=1)
+    rest_new = jnp.zeros_like(rest).at[jnp.arange(rest.shape[0])[:, None], order].set(drawn)
+    new_counts = w_above.astype(counts.dtype) + rest_new
+    return new_tail, jnp.where(mask, new_counts, 0.0)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("fn", "num_replicates", "batch_size", "threshold_quantile")
+)
+def _nested(
+    key,
+    tail,
+    pos,
+    counts,
+    mask,
+    fixed,
+    s,
+    sizes,
+    k,
+    fn,
+    num_replicates,
+    batch_size,
+    threshold_quantile,
+):
+    q = tail.shape[0]
+
+    def one(key):
+        k_q, k_d = jax.random.split(key)
+        t, c = resample(k_d, tail, pos, counts, mask)
+        x = fn(t, pos, c, mask, s, threshold_quantile)
+        aps = jax.vmap(lambda n: law.map_at_k(x, mask, n, k, fixed)[1])(sizes)  # [G, Q]
+        idx = jax.random.randint(k_q, (q,), 0, q)
+        return jnp.mean(aps, axis=1), jnp.mean(aps[:, idx], axis=1)
+
+    keys = jax.random.split(key, num_replicates)
+    return jax.lax.map(one, keys, batch_size=batch_size)
+
+
+def nested_bootstrap(
+    scores: SampledScores,
+    estimator: str,
+    config,
+    sizes,
+    num_replicates: int = 100,
+    seed: int = 0,
+    batch_size: int = 25,
+) -> dict | None:
+    """Returns nested-bootstrap replicates of mAP@k at each gallery size, or None.
+
+    Every replicate resamples each query's distractor sample (Poisson weights), reruns the
+    estimator and evaluates the law; it also draws a resample of queries.
+
+    Args:
+      scores: the sample.
+      estimator: a name `hardness_fn` knows (None is returned for others).
+      config: the job config (`k`, `evt`).
+      sizes: [G] gallery sizes.
+      num_replicates: B.
+      seed: PRNG seed.
+      batch_size: replicates vmapped together (memory ~ batch_size * Q * L floats).
+
+    Returns:
+      {"distractor": [G, B] mAP over all queries (distractor and fit noise only),
+       "combined": [G, B] mAP over resampled queries (queries, distractors and fits)}.
+    """
+    fn = hardness_fn(estimator, int(config.evt.min_count))
+    if fn is None:
+        return None
+    c = core(scores, config)
+    dist, comb = _nested(
+        jax.random.key(seed),
+        *c[:6],
+        jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
+        jnp.float32(config.k),
+        fn=fn,
+        num_replicates=int(num_replicates),
+        batch_size=int(min(batch_size, num_replicates)),
+        threshold_quantile=c.threshold_quantile,
+    )
+    dist, comb = jax.device_get((dist, comb))
+    return {
+        "distractor": np.asarray(dist, np.float64).T,
+        "combined": np.asarray(comb, np.float64).T,
+    }
+
+
+def intervals(point: float, query_reps: np.ndarray, nested: dict | None) -> dict:
+    """Returns the reported intervals at one gallery size.
+
+    `ci90` / `ci95` is the nested interval (queries, distractors and fits) when the nested
+    replicates exist, else the query interval. The nested interval is the query-bootstrap
+    percentile interval widened in quadrature by the distractor replicates' variance (the two
+    sources are independent; the quadrature keeps the 1000 cheap query replicates' tails rather
+    than the percentiles of ~200 nested ones).
+
+    Args:
+      point: the prediction.
+      query_reps: [B] query-bootstrap replicates.
+      nested: None or {"distractor": [B'], "combined": [B']} at this size.
+    """
+    out = {"ci_method": "query" if nested is None else "nested"}
+    sd_q = float(np.std(query_reps, ddof=1))
+    out["sd_query"] = sd_q
+    sd_d = 0.0
+    if nested is not None:
+        sd_d = float(np.std(nested["distractor"], ddof=1))
+        out["sd_distractor"] = sd_d
+        out["sd_combined"] = float(np.std(nested["combined"], ddof=1))
+    for level in LEVELS:
+        tag = f"ci{int(round(level * 100))}"
+        lo, hi = percentile_interval(query_reps, level)
+        out[f"{tag}_query"] = [float(lo), float(hi)]
+        if nested is not None:
+            dlo, dhi = percentile_interval(nested["distractor"], level)
+            center = float(np.mean(nested["distractor"]))
+            out[f"{tag}_distractor"] = [point + float(dlo) - center, point + float(dhi) - center]
+            grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
+            lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
+        out[tag] = [float(lo), float(hi)]
+    return out

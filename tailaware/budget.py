@@ -1,0 +1,176 @@
+"""Is the sample big enough, and is it uniform? Sub-sample convergence and block drift.
+
+Sufficient budget (paper App. D): predict from nested sub-samples S/8, S/4, S/2 and S of the
+sample; the budget suffices when the last doubling moved the prediction by no more than the
+query-sampling noise. Otherwise the trend of the successive moves (roughly geometric: each
+doubling resolves a further slice of the tail) says how many more doublings it needs.
+
+Drift (paper Sec. 4): the law assumes a uniform random sample. Split the sample into disjoint
+blocks by id hash (`sampling.hash_block`; each block of a uniform sample is itself uniform),
+predict per block, and test whether the block predictions differ by more than sampling noise.
+The queries are shared, so the test is paired: for block b the per-query deviation
+d_qb = AP_qb - mean_b' AP_qb' has mean 0 without drift, and
+chi2 = sum_b mean_q(d_qb)^2 / (var_q(d_qb) / Q) is ~ chi2(B - 1) (the B deviations sum to 0).
+A sample that is uniform *within* itself but not of the pool (a curated list such as
+mini-ILIAS) looks consistent across its own blocks: only the ids can reveal it
+(`hash_membership`).
+
+Sub-samples are made by thinning: each sampled distractor is kept independently with
+probability p, which is a uniform sub-sample (binomial, not fixed size) of the uniform sample.
+"""
+
+import numpy as np
+from scipy import stats
+
+from tailaware import sampling
+from tailaware.scores import SampledScores, make_scores
+
+
+def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:
+    """Returns a uniform sub-sample keeping each sampled distractor with probability p.
+
+    Stored scores are kept by independent coins; a positive's count is the kept stored scores
+    above it plus a nested binomial of its unstored ones (counts of the positives sorted by
+    count grow by binomial increments, so they stay consistent with each other). The stored
+    width shrinks to the fewest kept scores of any query so that every row is complete.
+    """
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"keep probability must be in (0, 1], got {p}")
+    tail, mask = scores.tail_scores, scores.mask
+    finite = np.isfinite(tail)
+    keep = finite & (rng.uniform(size=tail.shape) < p)
+    n_stored = finite.sum(axis=1)
+    n_kept_stored = keep.sum(axis=1)
+    # S' is one number for all rows, but each row keeps its own stored scores by its own coins
+    # (rows are different distractors' scores); row 0's total stands for all, off by
+    # ~sqrt(M p (1 - p)) distractors in the others, negligible against S'.
+    s_new = int(n_kept_stored[0] + rng.binomial(scores.n_sample - int(n_stored[0]), p))
+
+    order = np.argsort(~keep, axis=1, kind="stable")  # kept first, in descending score order
+    kept_first = np.take_along_axis(keep, order, axis=1)
+    new_tail = np.where(kept_first, np.take_along_axis(tail, order, axis=1), -np.inf)
+    width = max(int(n_kept_stored.min()), 1)
+    new_tail = new_tail[:, :width]
+
+    pos = np.where(mask, scores.pos_scores, np.inf)
+    above_stored = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    kept_above = ((tail[:, None, :] > pos[:, :, None]) & keep[:, None, :]).sum(axis=2)
+    rest = np.where(mask, scores.pos_counts - above_stored, 0)
+    order_p = np.argsort(rest, axis=1, kind="stable")
+    rest_sorted = np.take_along_axis(rest, order_p, axis=1)
+    inc = np.diff(rest_sorted, axis=1, prepend=0)
+    drawn = np.cumsum(rng.binomial(inc, p), axis=1)
+    rest_new = np.empty_like(drawn)
+    np.put_along_axis(rest_new, order_p, drawn, axis=1)
+    counts = kept_above + rest_new
+    # Positives at or above the new last stored score must count exactly the stored above them.
+    last = new_tail[:, -1:]
+    seen = (new_tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    counts = np.where(mask & (pos >= last), seen, counts)
+    s_new = max(s_new, width)
+    return make_scores(
+        new_tail,
+        scores.pos_scores,
+        np.where(mask, np.minimum(counts, s_new), -1),
+        s_new,
+        np.where(mask, scores.fixed_counts, -1),
+        scores.query_ids,
+        source=f"thin(p={p})",
+    )
+
+
+def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0):
+    """Returns [S / 2^levels, ..., S / 2, S] nested sub-samples (each thins the next)."""
+    rng = np.random.default_rng(seed)
+    out = [scores]
+    for _ in range(levels):
+        out.append(thin(out[-1], 0.5, rng))
+    return out[::-1]
+
+
+def verdict(sizes, predictions, noise: float) -> dict:
+    """Returns the sufficient-budget verdict from predictions at doubling sample sizes.
+
+    Args:
+      sizes: ascending sample sizes, each about twice the previous.
+      predictions: the prediction (at the target N) from each.
+      noise: the query-sampling noise (sd of the query bootstrap) the last move is held to.
+
+    Returns:
+      {"converged", "last_change", "noise", "sizes", "predictions", "needed_sample", "message"};
+      `needed_sample` is the sample the geometric trend of the moves needs (None if converged,
+      or if the moves are not shrinking, when the message asks for at least 4x more).
+    """
+    sizes = [int(s) for s in sizes]
+    preds = [float(v) for v in predictions]
+    moves = np.diff(preds)
+    last = float(moves[-1]) if moves.size else 0.0
+    out = {
+        "sizes": sizes,
+        "predictions": preds,
+        "last_change": last,
+        "noise": float(noise),
+        "converged": bool(abs(last) <= noise),
+        "needed_sample": None,
+    }
+    if out["converged"]:
+        out["message"] = (
+            f"budget sufficient: doubling the sample to S = {sizes[-1]:,} moved the prediction "
+            f"by {last:+.4f}, within query noise {noise:.4f}"
+        )
+        return out
+    ratio = moves[-1] / moves[-2] if moves.size >= 2 and moves[-2] != 0 else np.nan
+    if np.isfinite(ratio) and 0.0 < ratio < 0.9:
+        doublings = int(np.ceil(np.log(noise / abs(last)) / np.log(ratio)))
+        out["needed_sample"] = int(sizes[-1] * 2.0 ** max(doublings, 1))
+        out["message"] = (
+            f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f} "
+            f"(query noise {noise:.4f}); the trend (x{ratio:.2f} per doubling) needs about "
+            f"S = {out['needed_sample']:,} sampled distractors"
+        )
+    else:
+        out["message"] = (
+            f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f} "
+            f"(query noise {noise:.4f}) and the moves are not shrinking; sample at least "
+            f"{4 * sizes[-1]:,} distractors"
+        )
+    return out
+
+
+def drift(block_aps: np.ndarray, alpha: float = 0.01) -> dict:
+    """Returns the paired test of block predictions for inconsistency beyond sampling noise.
+
+    Args:
+      block_aps: [B, Q] predicted AP@k of every query from each block alone.
+      alpha: the test's level; `flag` is p < alpha.
+
+    Returns:
+      {"block_map": [B], "chi2", "dof", "p_value", "flag", "max_deviation"}.
+    """
+    block_aps = np.asarray(block_aps, np.float64)
+    b, q = block_aps.shape
+    d = block_aps - block_aps.mean(axis=0, keepdims=True)  # [B, Q]
+    mean_d = d.mean(axis=1)
+    var_d = np.maximum(d.var(axis=1, ddof=1), 1e-18) / q
+    # The B deviations sum to zero, so their quadratic form has B - 1 degrees of freedom.
+    chi2 = float(np.sum(mean_d**2 / var_d) * (b - 1) / b)
+    p_value = float(stats.chi2.sf(chi2, b - 1))
+    return {
+        "block_map": [float(v) for v in block_aps.mean(axis=1)],
+        "chi2": chi2,
+        "dof": b - 1,
+        "p_value": p_value,
+        "flag": bool(p_value < alpha),
+        "max_deviation": float(np.abs(mean_d).max()),
+    }
+
+
+def hash_membership(distractor_ids, fraction: float, seed: int = 0) -> dict:
+    """Returns how many of a sample's ids its claimed id-hash rule (fraction, seed) selects.
+
+    A genuine `sampling.in_sample` sample selects all of them; a curated list (mini-ILIAS)
+    about `fraction` of them, which flags it as not a uniform sample of the pool.
+    """
+    inside = sampling.in_sample(distractor_ids, fraction, seed)
+    share = float(inside.mean()) if inside.size else float("nan")
+    return {"share_in_hash_sample": share, "uniform": bool(share == 1.0)}

@@ -1,0 +1,225 @@
+"""The protocol around a prediction: intervals, the curve, other metrics and diagnostics.
+
+`augment(result, scores, config, n_target)` returns the fields `predict.predict` adds to
+prediction.json (paper Sec. 4: "report mAP@k at the target with a query-bootstrap interval and
+a count/tail diagnostic"):
+
+- `ci90`, `ci95` (+ `uncertainty`): nested-bootstrap intervals (`bootstrap.intervals`).
+- `curve`: predicted mAP@k for N from 10^3 to 10^9 with its 90% band.
+- `other_metrics`: recall@k and top-1 at N through the same law (expected ranks for recall,
+  the Poisson form exp(-N x) for top-1), labelled as law predictions.
+- `baselines`: the given ones plus homogeneous and the power-law / log-uniform curve fits.
+- `diagnostics`: the sufficient-budget verdict (first line of `summary` when the sample is too
+  small), the drift test when per-block files are given, and the share of positives the tail
+  priced.
+
+Optional config fields (read with defaults, so configs/default.py needs none of them):
+`config.protocol.query_replicates` (1000), `nested_replicates` (50), `curve_points` (25),
+`budget_levels` (3), `seed` (0), `blocks` (() -- sampled-scores files of disjoint id-hash
+blocks of the same sample).
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tailaware import atomic, bootstrap, budget, curvefit, estimators, law, predict
+from tailaware.scores import SampledScores, load_scores
+
+DEFAULTS = {
+    "query_replicates": 1000,
+    "nested_replicates": 50,
+    "curve_points": 25,
+    "budget_levels": 3,
+    "seed": 0,
+    "blocks": (),
+}
+CURVE_RANGE = (1e3, 1e9)
+
+
+def settings(config) -> dict:
+    """Returns the protocol settings: `config.protocol` over `DEFAULTS`."""
+    given = config.get("protocol", None) if hasattr(config, "get") else None
+    out = dict(DEFAULTS)
+    if given is not None:
+        out.update({k: given[k] for k in given.keys() if k in DEFAULTS})
+    return out
+
+
+@jax.jit
+def _other_metrics(x, mask, n, k, fixed):
+    recall = jax.vmap(lambda xi, mi, fi: law.recall_at_k(xi, mi, n, k, fi))(x, mask, fixed)
+    top1 = jax.vmap(lambda xi, mi, fi: law.top1_accuracy(xi, mi, n, fi))(x, mask, fixed)
+    return jnp.mean(recall), jnp.mean(top1)
+
+
+def other_metrics(hardness: estimators.Hardness, fixed, n: float, k: int) -> dict:
+    """Returns recall@k and top-1 accuracy at gallery size n through the law."""
+    fx = jnp.asarray(np.where(hardness.mask, fixed, 0), jnp.float32)
+    recall, top1 = _other_metrics(
+        jnp.asarray(hardness.x, jnp.float32),
+        jnp.asarray(hardness.mask),
+        jnp.float32(n),
+        jnp.float32(k),
+        fx,
+    )
+    return {
+        f"recall@{k}": float(recall),
+        "top1": float(top1),
+        "note": "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
+        "P(no distractor above the best positive) = exp(-N x)",
+    }
+
+
+def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
+    """Returns the configured estimator's mAP@k [len(subsamples), G] from each (sub-)sample.
+
+    Uses the estimator's JAX core (`bootstrap.core_predict`: one compile for all sub-sample
+    widths) when it has one, else the estimator itself.
+    """
+    ref = subsamples[-1]
+    out = []
+    for s in subsamples:
+        got = bootstrap.core_predict(
+            bootstrap.core(s, config, ref), config.estimator, config, sizes
+        )
+        if got is None:
+            h = estimators.get(config.estimator)(s, config)
+            got = (np.stack([predict.per_query_ap(h, n, config.k, s.fixed_counts) for n in sizes]),)
+        out.append(got[0].mean(axis=1))
+    return np.stack(out)
+
+
+def budget_check(subsamples, config, n_target: int, noise: float) -> dict:
+    """Returns `budget.verdict` for the configured estimator on nested sub-samples."""
+    preds = subsample_predictions(subsamples, config, [float(n_target)])[:, 0]
+    return budget.verdict([s.n_sample for s in subsamples], preds, noise)
+
+
+def drift_check(config, n_target: int, block_files) -> dict:
+    """Returns the drift test over per-block sampled-scores files, or why it was not run."""
+    if len(block_files) < 2:
+        return {
+            "checked": False,
+            "reason": "needs >= 2 id-hash block files (config.protocol.blocks); a sample that "
+            "is uniform within itself but curated from the pool (e.g. mini-ILIAS) can only be "
+            "recognised from its ids (budget.hash_membership)",
+        }
+    fn = estimators.get(config.estimator)
+    aps = []
+    for path in block_files:
+        s = load_scores(path)
+        aps.append(predict.per_query_ap(fn(s, config), n_target, config.k, s.fixed_counts))
+    out = budget.drift(np.stack(aps))
+    out["checked"] = True
+    return out
+
+
+def augment(
+    result: dict,
+    scores: SampledScores,
+    config,
+    n_target: int,
+    hardness: estimators.Hardness | None = None,
+) -> dict:
+    """Returns the extra prediction.json fields for `result` (see the module docstring).
+
+    Args:
+      result: `predict.predict`'s output (its `map` and `per_query_ap` are used).
+      scores: the sample it came from.
+      config: the job config.
+      n_target: N.
+      hardness: the estimate `result` came from (recomputed when None).
+    """
+    opts = settings(config)
+    k = int(config.k)
+    if hardness is None:
+        hardness = estimators.get(config.estimator)(scores, config)
+    fixed = scores.fixed_counts
+    grid = np.geomspace(*CURVE_RANGE, int(opts["curve_points"]))
+    sizes = np.concatenate([[float(n_target)], grid])
+    aps = np.stack([predict.per_query_ap(hardness, n, k, fixed) for n in sizes])  # [G, Q]
+    points = aps.mean(axis=1)
+
+    query_reps = bootstrap.query_bootstrap(aps, int(opts["query_replicates"]), int(opts["seed"]))
+    nested = None
+    if int(opts["nested_replicates"]) > 0:
+        nested = bootstrap.nested_bootstrap(
+            scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
+        )
+    at = lambda g: None if nested is None else {name: v[g] for name, v in nested.items()}
+    unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0))
+    bands = [
+        bootstrap.intervals(float(points[g]), query_reps[g], at(g)) for g in range(1, len(sizes))
+    ]
+
+    try:
+        subs = budget.nested_subsamples(scores, int(opts["budget_levels"]), int(opts["seed"]))
+    except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
+        subs = None
+        bud = {"converged": False, "checked": False, "message": f"BUDGET NOT CHECKED: {e}"}
+        fits = {}
+    if subs is not None:
+        bud = budget_check(subs, config, n_target, unc["sd_query"])
+        fits = curvefit.extrapolate(subs, k, n_target)
+    homog = predict.per_query_ap(estimators.homogeneous(scores), n_target, k, fixed).mean()
+    drift = drift_check(config, n_target, tuple(opts["blocks"]))
+
+    mask = scores.mask
+    summary = [bud["message"]] if not bud["converged"] else []
+    if drift.get("flag"):
+        summary.append(
+            f"DRIFT: block predictions differ beyond sampling noise (p = {drift['p_value']:.1e}); "
+            "the sample is not uniform, the law's prediction is not reliable"
+        )
+    summary.append(
+        f"mAP@{k} at N = {n_target:,}: {points[0]:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
+        f"{unc['ci90'][1]:.4f}] ({unc['ci_method']} bootstrap)"
+    )
+    return {
+        "ci90": unc["ci90"],
+        "ci95": unc["ci95"],
+        "uncertainty": unc,
+        "curve": {
+            "n": grid.tolist(),
+            "map": points[1:].tolist(),
+            "ci90": [b["ci90"] for b in bands],
+        },
+        "other_metrics": other_metrics(hardness, fixed, n_target, k),
+        "baselines": {**result.get("baselines", {}), "homogeneous": float(homog), **fits},
+        "diagnostics": {
+            "summary": summary,
+            "budget": bud,
+            "drift": drift,
+            "share_tail_priced": float(hardness.tail_priced[mask].mean()),
+        },
+    }
+
+
+def plot_curve(path: str | os.PathLike, result: dict) -> None:
+    """Writes a PNG of the predicted mAP@k curve with its 90% band and the target point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = result["curve"]
+    band = np.asarray(curve["ci90"])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.fill_between(curve["n"], band[:, 0], band[:, 1], alpha=0.25, label="90% band")
+    ax.plot(curve["n"], curve["map"], "-", label=f"{result['estimator']} (predicted)")
+    lo, hi = result["ci90"]
+    err = [[result["map"] - lo], [hi - result["map"]]]
+    ax.errorbar([result["n_target"]], [result["map"]], err, fmt="ko", capsize=3, label="target N")
+    ax.axvline(result["n_sample"], color="grey", ls=":", label="sample size S")
+    ax.set_xscale("log")
+    ax.set_xlabel("gallery size N (distractors)")
+    ax.set_ylabel(f"mAP@{result['k']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)

@@ -1,0 +1,262 @@
+"""A score-level simulator with exact ground truth at web scale (10^8 distractors, no 10^8 draws).
+
+Each query q has a distractor score law on a bounded support with survival G_q(s) = P(score > s),
+and positives of known population hardness x_qj = G_q(s_qj). Everything is done in survival
+space: a distractor is a uniform U, and it outranks positive j exactly when U < x_j.
+
+Laws (deliberately *not* generalized Pareto, so the EVT fit is tested away from its model):
+
+- ``kumaraswamy``: s = lo + (e - lo) z with G(z) = (1 - z^a)^b; near the endpoint e this is a GPD
+  with xi = -1/b only asymptotically (penultimate curvature at practical thresholds).
+- ``truncnorm``: a normal law cut at e = mu + c sigma, c in [4.5, 7]: Gumbel-like (xi ~ 0) at the
+  sample's threshold, turning into a uniform-like edge (xi = -1) only in the last decades.
+
+Hardness is heterogeneous and roughly power law: density ~ x^-alpha on [x_min, x_max] with a
+per-query difficulty shift, plus a share of truly immune positives placed above the endpoint
+(x = 0), as the paper measures (alpha ~ 1.2, many near-immune).
+
+One *draw* at sample fraction f = S / N:
+
+1. the top M of the S sampled uniforms by exponential spacings, U_(i) = Gamma_i / Gamma_(S+1)
+   with Gamma_(S+1) = Gamma_M + Gamma(S + 1 - M), mapped through G^-1 to the stored tail;
+2. sampled counts c_j = #{sampled U < x_j}: read off the stored U's when x_j <= U_(M), else
+   M plus nested binomials of the remaining S - M uniforms (iid on (U_(M), 1));
+3. the full pool's counts K_j = c_j + nested binomials of the N - S unsampled uniforms.
+
+So (sample, realized truth) has exactly the joint law of a uniform S-subset of an N-pool.
+Repeated draws are independent pools sharing the benchmark (per-query laws and positives): for
+bias, MAE and coverage, which are averages of per-draw quantities, this has the same expectation
+as disjoint draws from one pool (only the draws' mutual correlation differs).
+
+Shapes: Q queries, P positive slots (padded, sorted by ascending hardness), M stored tail scores.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy import special
+
+from tailaware import metrics
+from tailaware.scores import SampledScores, make_scores
+
+FAMILIES = ("kumaraswamy", "truncnorm")
+
+
+class Benchmark(NamedTuple):
+    """A simulated benchmark: per-query distractor laws and positives of known hardness.
+
+    Attributes:
+      family: the law family (one of `FAMILIES`).
+      x: [Q, P] float64 population hardness, ascending per query; 0 at padding and for immune
+        positives.
+      mask: [Q, P] bool, real positives.
+      pos_scores: [Q, P] float64 positive scores (NaN at padding).
+      law: per-query law parameters, name -> [Q] float64.
+      n_pool: N, the full distractor pool.
+    """
+
+    family: str
+    x: np.ndarray
+    mask: np.ndarray
+    pos_scores: np.ndarray
+    law: dict
+    n_pool: int
+
+
+class Draw(NamedTuple):
+    """One uniform sample of the pool and the pool's realized truth.
+
+    Attributes:
+      scores: the `SampledScores` a user would have (S = round(f N)).
+      truth_counts: [Q, P] int64 distractors of the full pool strictly above each positive
+        (-1 at padding): the realized web-scale gallery.
+    """
+
+    scores: SampledScores
+    truth_counts: np.ndarray
+
+
+def inverse_survival(law: dict, family: str, u: np.ndarray) -> np.ndarray:
+    """Returns the score s with G(s) = u, row-wise ([Q, ...] u against [Q] laws), float64."""
+    u = np.clip(np.asarray(u, np.float64), 0.0, 1.0)
+    col = lambda name: law[name].reshape((-1,) + (1,) * (u.ndim - 1))
+    if family == "kumaraswamy":
+        # G(z) = (1 - z^a)^b  =>  z = (1 - u^(1/b))^(1/a); -expm1 keeps u^(1/b) near 1 exact.
+        z = (-np.expm1(np.log(np.maximum(u, 1e-300)) / col("b"))) ** (1.0 / col("a"))
+        z = np.where(u <= 0.0, 1.0, z)
+        return col("lo") + (col("e") - col("lo")) * z
+    if family == "truncnorm":
+        # Upper-tail normal probabilities avoid cancellation near the endpoint.
+        q_e, q_lo = special.ndtr(-col("c")), special.ndtr(col("c_lo"))
+        z = -special.ndtri(q_e + u * (q_lo - q_e))
+        return col("mu") + col("sd") * z
+    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+
+
+def survival(law: dict, family: str, s: np.ndarray) -> np.ndarray:
+    """Returns G(s) = P(distractor score > s), row-wise, float64 (0 above the endpoint)."""
+    s = np.asarray(s, np.float64)
+    col = lambda name: law[name].reshape((-1,) + (1,) * (s.ndim - 1))
+    if family == "kumaraswamy":
+        z = np.clip((s - col("lo")) / (col("e") - col("lo")), 0.0, 1.0)
+        return (-np.expm1(col("a") * np.log(np.maximum(z, 1e-300)))) ** col("b")
+    if family == "truncnorm":
+        z = np.clip((s - col("mu")) / col("sd"), -col("c_lo"), col("c"))
+        q_e, q_lo = special.ndtr(-col("c")), special.ndtr(col("c_lo"))
+        return (special.ndtr(-z) - q_e) / (q_lo - q_e)
+    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+
+
+def _law(family: str, q: int, rng: np.random.Generator) -> dict:
+    e = rng.uniform(0.55, 0.9, q)
+    if family == "kumaraswamy":
+        return dict(
+            e=e,
+            lo=np.full(q, -0.2),
+            a=rng.uniform(2.0, 6.0, q),
+            b=rng.uniform(2.0, 8.0, q),
+        )
+    if family == "truncnorm":
+        c = rng.uniform(4.5, 7.0, q)
+        sd = rng.uniform(0.05, 0.1, q)
+        mu = e - c * sd
+        return dict(e=e, mu=mu, sd=sd, c=c, c_lo=(mu + 1.0) / sd)
+    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+
+
+def make_benchmark(
+    num_queries: int = 1200,
+    n_pool: int = 100_000_000,
+    family: str = "kumaraswamy",
+    alpha: float = 1.2,
+    x_range: tuple[float, float] = (3e-9, 0.1),
+    difficulty_sd: float = 0.7,
+    immune_share: float = 0.15,
+    mean_positives: float = 4.0,
+    max_positives: int = 10,
+    seed: int = 0,
+) -> Benchmark:
+    """Returns a simulated benchmark.
+
+    Args:
+      num_queries: Q.
+      n_pool: N, the full pool the truth is realized at.
+      family: distractor law family, one of `FAMILIES`.
+      alpha: power-law exponent of the hardness density x^-alpha (paper: ~1.2).
+      x_range: (x_min, x_max) of the power law before the per-query shift.
+      difficulty_sd: sd of a per-query shift of log10 x (some queries are harder throughout).
+      immune_share: probability that a positive sits above its query's endpoint (x = 0).
+      mean_positives: positives per query are 1 + Poisson(mean_positives - 1), capped.
+      max_positives: P.
+      seed: everything is a function of it.
+    """
+    rng = np.random.default_rng(seed)
+    q, p = num_queries, max_positives
+    law = _law(family, q, rng)
+    n_pos = np.minimum(1 + rng.poisson(mean_positives - 1.0, q), p)
+    mask = np.arange(p)[None, :] < n_pos[:, None]
+
+    lo, hi = (np.log(v) for v in x_range)
+    v = rng.uniform(size=(q, p))
+    if np.isclose(alpha, 1.0):
+        logx = lo + v * (hi - lo)
+    else:  # inverse CDF of the density x^-alpha on [x_min, x_max], in logs
+        a1 = 1.0 - alpha
+        logx = np.log(np.exp(a1 * lo) + v * (np.exp(a1 * hi) - np.exp(a1 * lo))) / a1
+    logx = logx + np.log(10.0) * difficulty_sd * rng.standard_normal((q, 1))
+    x = np.minimum(np.exp(logx), 0.5)
+    x = np.where(rng.uniform(size=(q, p)) < immune_share, 0.0, x)
+    x = np.where(mask, x, np.inf)
+    x = np.sort(x, axis=1)
+    x = np.where(mask, x, 0.0)
+
+    pos = inverse_survival(law, family, x)
+    # Immune positives: strictly above the endpoint, at most a little beyond it.
+    gap = rng.uniform(0.002, 0.08, (q, p)) * (1.0 - law["e"][:, None])
+    pos = np.where(x == 0.0, law["e"][:, None] + gap, pos)
+    pos = np.where(mask, pos, np.nan)
+    return Benchmark(family, x, mask, pos, law, int(n_pool))
+
+
+def with_law(bench: Benchmark, law: dict) -> Benchmark:
+    """Returns the benchmark's positives against other distractor laws (e.g. a curated source).
+
+    Hardness is recomputed as G'(s_j) and positives re-sorted by it. Used to simulate a
+    non-uniform (convenience) block whose distractors are harder than the pool's.
+    """
+    pos = np.where(bench.mask, bench.pos_scores, np.inf)
+    x = np.where(bench.mask, survival(law, bench.family, pos), np.inf)
+    order = np.argsort(x, axis=1, kind="stable")
+    x = np.take_along_axis(x, order, axis=1)
+    return bench._replace(
+        law=law,
+        x=np.where(bench.mask, x, 0.0),
+        pos_scores=np.take_along_axis(bench.pos_scores, order, axis=1),
+    )
+
+
+def _nested_binomial(rng, n_total, start_count, start_lower, x, mask):
+    """Returns cumulative counts [Q, P] of n_total iid U(0,1) below each ascending x_j.
+
+    Starts from `start_count` [Q] uniforms already known below `start_lower` [Q]; the remaining
+    n_total - start_count are iid uniform on (start_lower, 1). Positives with x_j <= start_lower
+    get 0 added (their count is the caller's business).
+    """
+    q, p = x.shape
+    below = start_count.astype(np.int64).copy()
+    lower = start_lower.astype(np.float64).copy()
+    out = np.zeros((q, p), np.int64)
+    for j in range(p):
+        xj = x[:, j]
+        step = mask[:, j] & (xj > lower)
+        prob = np.where(step, (xj - lower) / np.maximum(1.0 - lower, 1e-300), 0.0)
+        inc = rng.binomial(np.maximum(n_total - below, 0), np.clip(prob, 0.0, 1.0))
+        below = below + np.where(step, inc, 0)
+        lower = np.where(step, xj, lower)
+        out[:, j] = below
+    return out
+
+
+def draw(bench: Benchmark, fraction: float, top_m: int = 4000, seed: int = 0) -> Draw:
+    """Returns one uniform sample of S = round(fraction N) distractors and the realized truth."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    rng = np.random.default_rng(seed)
+    n, x, mask = bench.n_pool, bench.x, bench.mask
+    q = x.shape[0]
+    s = max(int(round(fraction * n)), 1)
+    m = min(int(top_m), s)
+
+    gam = np.cumsum(rng.standard_exponential((q, m)), axis=1)
+    u = gam / (gam[:, -1] + rng.standard_gamma(s + 1 - m, q))[:, None]
+    tail = inverse_survival(bench.law, bench.family, u).astype(np.float32)
+    tail = -np.sort(-tail, axis=1)  # float32 rounding can tie neighbours; keep descending
+    pos32 = np.where(mask, bench.pos_scores, np.nan).astype(np.float32)
+
+    # Sampled counts: exact from the stored U's inside the tail, nested binomials beyond it.
+    u_m = u[:, -1]
+    in_tail = (u[:, None, :] < x[:, :, None]).sum(axis=2)
+    beyond = _nested_binomial(rng, s, np.full(q, m), u_m, x, mask)
+    counts = np.where(x <= u_m[:, None], in_tail, beyond)
+    # float32 rounding may move a positive across a neighbouring tail score: the stored file
+    # must agree with itself (scores.py validates it), so recount what the user would see.
+    covered = mask & (pos32 >= tail[:, -1:])
+    seen = (tail[:, None, :] > pos32[:, :, None]).sum(axis=2)
+    counts = np.where(covered, seen, counts)
+
+    unsampled = _nested_binomial(rng, n - s, np.zeros(q, np.int64), np.zeros(q), x, mask)
+    truth = np.where(mask, counts + unsampled, -1)
+    scores = make_scores(
+        tail,
+        pos32,
+        np.where(mask, counts, -1),
+        s,
+        source=f"simulate.draw({bench.family}, f={fraction})",
+    )
+    return Draw(scores, truth)
+
+
+def true_map(truth_counts: np.ndarray, k: int) -> float:
+    """Returns the realized mAP@k of the full pool from its counts [Q, P] (-1 at padding)."""
+    mask = truth_counts >= 0
+    return float(metrics.ap_at_k_from_counts(truth_counts, mask, k).mean())

@@ -1,0 +1,264 @@
+"""The validate job: every estimator against known truth at 10^8 (the paper's Table 1 study).
+
+For each simulator family (`simulate.FAMILIES`) and sample fraction, `draws` independent uniform
+samples of a 10^8 pool (see `simulate` for why independent pools stand in for disjoint draws)
+are drawn; each estimator predicts mAP@k at N from the sample alone, next to the baselines
+(evaluate-at-S, the power-law and log-uniform curve fits of `curvefit`) and two oracles that
+know the true hardness (expected-rank map and Poisson E[AP]: the law's own error). Reported
+per estimator and fraction: bias and mean absolute error against the realized truth, coverage
+of the 90% interval (nested bootstrap) over the draws, and per-positive calibration of the
+tail-priced positives (median estimated / true hardness, log-correlation, share priced 0).
+
+Command: `python launch.py --config=configs/validate.py --workdir=DIR`. Writes
+DIR/validation.json, DIR/validation.txt (the table) and DIR/validation_{errors,calibration}.png.
+"""
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from tailaware import atomic, bootstrap, budget, curvefit, estimators, law, predict, simulate
+
+BASELINES = ("evaluate-at-S", "power_law", "log_uniform")
+ORACLES = ("oracle (expected rank)", "oracle (Poisson E[AP])")
+
+
+def available_estimators() -> list[str]:
+    """Returns the registered estimators that import (the EVT ones need `tailaware.hardness`)."""
+    names = []
+    for name in estimators.ESTIMATORS:
+        try:
+            estimators.get(name)
+        except (ImportError, AttributeError):
+            logging.warning("estimator %s is not available", name)
+            continue
+        names.append(name)
+    return names
+
+
+@jax.jit
+def _poisson_map(x, mask, n):
+    return jnp.mean(jax.vmap(lambda xi, mi: law.expected_ap_poisson(xi, mi, n, 1000))(x, mask))
+
+
+def oracles(bench: simulate.Benchmark, k: int) -> dict:
+    """Returns the law's predictions from the true hardness: expected-rank map and E[AP]."""
+    x = jnp.asarray(bench.x, jnp.float32)
+    mask = jnp.asarray(bench.mask)
+    n = jnp.float32(bench.n_pool)
+    out = {ORACLES[0]: float(law.map_at_k(x, mask, n, jnp.float32(k))[0])}
+    if k == 1000:  # the E[AP] sum's length is static
+        out[ORACLES[1]] = float(_poisson_map(x, mask, n))
+    else:
+        fn = jax.jit(lambda x, m: jax.vmap(lambda a, b: law.expected_ap_poisson(a, b, n, k))(x, m))
+        out[ORACLES[1]] = float(jnp.mean(fn(x, mask)))
+    return out
+
+
+def calibration(hardness: estimators.Hardness, x_true: np.ndarray) -> dict:
+    """Returns per-positive calibration of the tail-priced positives with true x > 0."""
+    sel = hardness.tail_priced & (x_true > 0)
+    if not sel.any():
+        return {"n": 0}
+    est, true = hardness.x[sel], x_true[sel]
+    pos = est > 0
+    corr = (
+        float(np.corrcoef(np.log(est[pos]), np.log(true[pos]))[0, 1]) if pos.sum() > 2 else np.nan
+    )
+    immune = hardness.tail_priced & hardness.mask & (x_true == 0)
+    return {
+        "n": int(sel.sum()),
+        "median_ratio": float(np.median(est / true)),
+        "log_corr": corr,
+        "share_zero": float(np.mean(~pos)),
+        "immune_priced_nonzero": float(np.mean(hardness.x[immune] > 0)) if immune.any() else 0.0,
+    }
+
+
+def one_draw(bench, fraction, seed, config, names) -> dict:
+    """Returns every prediction, the truth, the interval and calibration for one draw."""
+    v = config.validate
+    k, n = int(config.k), bench.n_pool
+    d = simulate.draw(bench, fraction, int(config.evt.top_m), seed)
+    scores = d.scores
+    out = {"truth": simulate.true_map(d.truth_counts, k), "n_sample": scores.n_sample}
+    preds, calib = {}, {}
+    for name in names:
+        h = estimators.get(name)(scores, config)
+        aps = predict.per_query_ap(h, n, k, scores.fixed_counts)
+        preds[name] = float(aps.mean())
+        if h.tail_priced.any():
+            calib[name] = calibration(h, bench.x)
+        if name == config.estimator:
+            point_aps = aps
+    preds["evaluate-at-S"] = curvefit.at_sample_map(scores, k)
+    subs = budget.nested_subsamples(scores, 3, seed)
+    preds.update({m: float(v_) for m, v_ in curvefit.extrapolate(subs, k, n).items()})
+
+    reps = bootstrap.query_bootstrap(point_aps, int(v.query_replicates), seed)
+    nested = bootstrap.nested_bootstrap(
+        scores, config.estimator, config, [float(n)], int(v.nested_replicates), seed
+    )
+    at0 = None if nested is None else {key: val[0] for key, val in nested.items()}
+    out["interval"] = bootstrap.intervals(float(point_aps.mean()), reps, at0)
+    out["predictions"] = preds
+    out["calibration"] = calib
+    return out
+
+
+def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
+    """Returns bias, MAE, coverage and calibration per row over the draws of one cell."""
+    truth = np.array([d["truth"] for d in draws])
+    rows = {}
+    for name in [*names, *BASELINES]:
+        err = np.array([d["predictions"][name] for d in draws]) - truth
+        rows[name] = {"bias": float(err.mean()), "mae": float(np.abs(err).mean())}
+        cal = [d["calibration"][name] for d in draws if d["calibration"].get(name, {}).get("n")]
+        if cal:
+            for key in ("median_ratio", "log_corr", "share_zero"):
+                rows[name][key] = float(np.nanmedian([c[key] for c in cal]))
+    for name, value in oracle.items():
+        err = value - truth
+        rows[name] = {"bias": float(err.mean()), "mae": float(np.abs(err).mean())}
+    est = draws[0]["interval"]
+    for tag in ("ci90", "ci90_query", "ci90_distractor"):
+        if tag in est:
+            cover = [d["interval"][tag][0] <= d["truth"] <= d["interval"][tag][1] for d in draws]
+            rows.setdefault("_coverage", {})[tag] = float(np.mean(cover))
+    rows["_truth"] = {"mean": float(truth.mean()), "sd": float(truth.std())}
+    return rows
+
+
+def format_table(results: dict, estimator: str) -> str:
+    """Returns the validation table (one block per family) as text."""
+    lines = []
+    for family, cells in results["cells"].items():
+        fr = list(cells)
+        lines.append(
+            f"{family}: {results['num_queries']} queries, N = {results['n_pool']:,}, "
+            f"{results['draws']} draws per fraction; truth mAP@{results['k']} "
+            + ", ".join(f"{cells[f]['_truth']['mean']:.4f}" for f in fr)
+        )
+        head = f"  {'estimator':<26}" + "".join(f"{'f=' + f:>24}" for f in fr)
+        lines += [head, f"  {'':<26}" + "".join(f"{'bias    MAE   med  corr':>24}" for _ in fr)]
+        names = [n for n in cells[fr[0]] if not n.startswith("_")]
+        for name in names:
+            row = f"  {name + (' *' if name == estimator else ''):<26}"
+            for f in fr:
+                c = cells[f][name]
+                cal = (
+                    f"{c['median_ratio']:5.2f} {c['log_corr']:5.2f}"
+                    if "median_ratio" in c
+                    else f"{'-':>5} {'-':>5}"
+                )
+                row += f"  {c['bias']:+.4f} {c['mae']:.4f} {cal}"
+            lines.append(row)
+        for tag in ("ci90", "ci90_query", "ci90_distractor"):
+            if tag in cells[fr[0]].get("_coverage", {}):
+                cov = "".join(f"{cells[f]['_coverage'][tag]:>24.2f}" for f in fr)
+                lines.append(f"  {'coverage ' + tag + ' (*)':<26}{cov}")
+        lines.append("")
+    lines.append(
+        "bias / MAE: prediction minus realized truth; med / corr: median estimated-over-true "
+        "hardness and log-correlation of tail-priced positives; * = config.estimator (intervals)."
+    )
+    return "\n".join(lines)
+
+
+def plot(workdir: str, results: dict, estimator: str) -> None:
+    """Writes the error box plots and the per-positive calibration scatter."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = list(results["cells"])
+    fig, axes = plt.subplots(1, len(fams), figsize=(6 * len(fams), 4.5), squeeze=False)
+    for ax, family in zip(axes[0], fams, strict=True):
+        raw = results["raw"][family]
+        names = [n for n in raw[next(iter(raw))][0]["predictions"]]
+        pos = 0
+        for f, draws in raw.items():
+            truth = np.array([d["truth"] for d in draws])
+            errs = [np.array([d["predictions"][n] for d in draws]) - truth for n in names]
+            ax.boxplot(errs, positions=pos + np.arange(len(names)), widths=0.6)
+            ax.text(pos + len(names) / 2, ax.get_ylim()[1], f"f={f}", ha="center", va="bottom")
+            pos += len(names) + 1
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(np.arange(pos))
+        ax.set_xticklabels([*(names + [""]) * len(raw)][:pos], rotation=90, fontsize=7)
+        ax.set_ylabel(f"predicted - true mAP@{results['k']}")
+        ax.set_title(family)
+    fig.tight_layout()
+    with atomic.atomic_path(os.path.join(workdir, "validation_errors.png")) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 4.5), squeeze=False)
+    for ax, family in zip(axes[0], fams, strict=True):
+        pts = results["scatter"].get(family)
+        if pts:
+            ax.loglog(pts["true"], np.maximum(pts["est"], 1e-14), ".", ms=2, alpha=0.4)
+            lim = [1e-14, 1e-1]
+            ax.plot(lim, lim, "k-", lw=0.8)
+        ax.set_xlabel("true hardness x")
+        ax.set_ylabel(f"estimated x ({estimator}; 0 drawn at 1e-14)")
+        ax.set_title(f"{family}, f={results['fractions'][-1]}")
+    fig.tight_layout()
+    with atomic.atomic_path(os.path.join(workdir, "validation_calibration.png")) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+
+
+def run(config, workdir: str) -> None:
+    """The validate job (configs/validate.py)."""
+    t0 = time.time()
+    v = config.validate
+    k = int(config.k)
+    names = list(v.estimators) or available_estimators()
+    if config.estimator not in names:
+        names.append(config.estimator)
+    results = {
+        "k": k,
+        "n_pool": int(v.n_pool),
+        "num_queries": int(v.num_queries),
+        "draws": int(v.draws),
+        "fractions": [float(f) for f in v.fractions],
+        "estimator": config.estimator,
+        "cells": {},
+        "raw": {},
+        "scatter": {},
+    }
+    for i, family in enumerate(v.families):
+        bench = simulate.make_benchmark(
+            int(v.num_queries), int(v.n_pool), family, seed=int(config.seed) + 1000 * i
+        )
+        oracle = oracles(bench, k)
+        results["cells"][family], results["raw"][family] = {}, {}
+        for j, f in enumerate(v.fractions):
+            draws = [
+                one_draw(bench, float(f), int(config.seed) + 10_000 * (j + 1) + r, config, names)
+                for r in range(int(v.draws))
+            ]
+            results["raw"][family][str(f)] = draws
+            results["cells"][family][str(f)] = summarize(draws, names, oracle)
+            logging.info("%s f=%s done at %.0f s", family, f, time.time() - t0)
+        # One calibration scatter per family, at the largest fraction.
+        d = simulate.draw(bench, float(v.fractions[-1]), int(config.evt.top_m), int(config.seed))
+        h = estimators.get(config.estimator)(d.scores, config)
+        sel = h.tail_priced & (bench.x > 0)
+        results["scatter"][family] = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
+
+    table = format_table(results, config.estimator)
+    results["seconds"] = time.time() - t0
+    print(table)
+    print(f"validate: {results['seconds']:.0f} s")
+    os.makedirs(workdir, exist_ok=True)
+    with atomic.atomic_path(os.path.join(workdir, "validation.txt")) as tmp, open(tmp, "w") as fh:
+        fh.write(table + "\n")
+    atomic.write_json(os.path.join(workdir, "validation.json"), results)
+    plot(workdir, results, config.estimator)

@@ -1,0 +1,124 @@
+"""Bootstrap intervals: coverage where the truth is known, and the nested resampling's law."""
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+from configs import default
+from tailaware import bootstrap, estimators, predict, simulate
+
+Q = 120
+
+
+def test_query_bootstrap_covers_a_known_mean():
+    # Per-query APs from Beta(0.6, 0.9) (skewed, bounded like AP): the 90% interval of the mean
+    # must cover the true mean 0.6 / 1.5 in about 90% of independent benchmarks.
+    rng = np.random.default_rng(0)
+    truth = 0.6 / 1.5
+    hits = []
+    for t in range(200):
+        aps = rng.beta(0.6, 0.9, Q)
+        lo, hi = bootstrap.percentile_interval(bootstrap.query_bootstrap(aps, 400, t), 0.90)
+        hits.append(lo <= truth <= hi)
+    assert 0.83 <= np.mean(hits) <= 0.96
+
+
+def test_query_bootstrap_rows_share_resamples():
+    aps = np.random.default_rng(1).uniform(size=(3, Q))
+    aps[2] = aps[0]
+    reps = bootstrap.query_bootstrap(aps, 50, 0)
+    assert reps.shape == (3, 50)
+    np.testing.assert_allclose(reps[2], reps[0])
+
+
+@pytest.mark.parametrize("lam", [0.3, 4.0, 20.0, 500.0])
+def test_poisson_matches_scipy(lam):
+    draws = np.asarray(bootstrap.poisson(jax.random.key(0), np.full(40_000, lam, np.float32)))
+    assert draws.mean() == pytest.approx(lam, rel=0.03, abs=0.01)
+    assert draws.var() == pytest.approx(lam, rel=0.06, abs=0.01)
+    if lam < 24:
+        k = np.arange(int(lam * 3) + 3)
+        freq = np.array([(draws == i).mean() for i in k])
+        np.testing.assert_allclose(freq, stats.poisson.pmf(k, lam), atol=0.01)
+    ones = np.asarray(bootstrap.poisson_one(jax.random.key(1), (40_000,)))
+    assert ones.mean() == pytest.approx(1.0, abs=0.02) and ones.var() == pytest.approx(
+        1.0, rel=0.05
+    )
+
+
+def test_resample_keeps_tail_and_counts_consistent():
+    bench = simulate.make_benchmark(Q, 10**7, seed=2)
+    sc = simulate.draw(bench, 0.01, 300, seed=3).scores
+    cfg = default.get_config()
+    c = bootstrap.core(sc, cfg)
+    tail, counts = bootstrap.resample(jax.random.key(0), c.tail, c.pos, c.counts, c.mask)
+    tail, counts = np.asarray(tail), np.asarray(counts)
+    assert (np.diff(tail, axis=1) <= 0).all()  # still descending
+    # Every resampled score is one of the query's stored scores.
+    assert all(np.isin(tail[i], np.asarray(c.tail[i])).all() for i in range(Q))
+    pos = np.asarray(c.pos)
+    covered = np.asarray(c.mask) & (pos >= np.asarray(c.tail)[:, -1:])
+    seen = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    # Positives above the last stored score: resampled count = resampled copies above them
+    # (unless the copies ran past the stored width, which the width's margin makes rare).
+    full = (tail[:, None, :] > pos[:, :, None]).sum(axis=2) < tail.shape[1]
+    np.testing.assert_array_equal(counts[covered & full], seen[covered & full])
+    m = np.asarray(c.mask)
+    assert abs(counts[m].sum() / np.asarray(c.counts)[m].sum() - 1.0) < 0.05
+
+
+@pytest.mark.parametrize(
+    "name", ["count", "homogeneous", pytest.param("evt", marks=pytest.mark.slow)]
+)
+def test_core_agrees_with_the_estimator(name):
+    cfg = default.get_config()
+    cfg.evt.top_m = 400
+    bench = simulate.make_benchmark(Q, 10**7, seed=4)
+    sc = simulate.draw(bench, 0.01, 400, seed=5).scores
+    fn = estimators.get(name)
+    want = predict.per_query_ap(fn(sc, cfg), 1e7, 100, sc.fixed_counts)
+    got, _ = bootstrap.core_predict(bootstrap.core(sc, cfg), name, _k(cfg, 100), [1e7])
+    np.testing.assert_allclose(got[0], want, atol=2e-6)
+
+
+def _k(cfg, k):
+    c = cfg.copy_and_resolve_references()
+    c.k = k
+    return c
+
+
+def test_nested_sd_matches_repeated_draws():
+    # The distractor-only spread of the nested bootstrap against the spread of the count
+    # prediction over independent samples of the same benchmark (known truth of the noise).
+    cfg = _k(default.get_config(), 100)
+    bench = simulate.make_benchmark(Q, 10**7, x_range=(1e-6, 0.05), seed=6)
+    preds, sds = [], []
+    for r in range(24):
+        sc = simulate.draw(bench, 0.002, 200, seed=100 + r).scores
+        aps = predict.per_query_ap(estimators.count(sc), 1e6, 100, sc.fixed_counts)
+        preds.append(aps.mean())
+        if r < 4:
+            nb = bootstrap.nested_bootstrap(sc, "count", cfg, [1e6], 60, seed=r)
+            sds.append(nb["distractor"].std(ddof=1))
+    ratio = np.mean(sds) / np.std(preds, ddof=1)
+    assert 0.6 < ratio < 1.6
+
+
+def test_intervals_nest_and_contain_the_point():
+    rng = np.random.default_rng(7)
+    q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    nested = {"distractor": 0.52 + 0.01 * rng.standard_normal(200), "combined": q_reps[:200]}
+    out = bootstrap.intervals(0.5, q_reps, nested)
+    assert out["ci_method"] == "nested"
+    for tag in ("ci90", "ci95"):
+        lo, hi = out[tag]
+        qlo, qhi = out[f"{tag}_query"]
+        assert lo < qlo < 0.5 < qhi < hi  # widened in quadrature, around the point
+        dlo, dhi = out[f"{tag}_distractor"]
+        assert dlo < 0.5 < dhi  # re-centred on the point
+    # sqrt(2) wider when the two sds are equal.
+    assert (out["ci90"][1] - out["ci90"][0]) / np.subtract(*out["ci90_query"][::-1]) == (
+        pytest.approx(np.sqrt(2.0), rel=0.15)
+    )
+    assert bootstrap.intervals(0.5, q_reps, None)["ci90"] == out["ci90_query"]

@@ -1,0 +1,86 @@
+"""Sub-sample convergence and drift: thinning is uniform; the checks flag what they should."""
+
+import numpy as np
+import pytest
+
+from tailaware import budget, estimators, predict, sampling, simulate
+
+Q = 200
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return simulate.make_benchmark(Q, 10**7, x_range=(1e-6, 0.05), seed=0)
+
+
+def test_thin_is_a_uniform_subsample(bench):
+    # Thinning a 2% sample by 1/4 has the law of a 0.5% sample: compare with direct draws.
+    rng = np.random.default_rng(1)
+    big = simulate.draw(bench, 0.02, 400, seed=2).scores
+    small = budget.thin(big, 0.25, rng)
+    direct = simulate.draw(bench, 0.005, 100, seed=3).scores
+    assert abs(small.n_sample / direct.n_sample - 1.0) < 0.02
+    assert small.tail_scores.shape[1] >= 60  # about a quarter of the stored scores survive
+    m = bench.mask
+    for a, b in ((small.pos_counts[m].sum(), direct.pos_counts[m].sum()),):
+        assert abs(a / b - 1.0) < 0.05
+    # The thinned tail's top score matches the direct sample's in distribution (same S).
+    np.testing.assert_allclose(
+        np.median(small.tail_scores[:, 0]), np.median(direct.tail_scores[:, 0]), atol=0.01
+    )
+
+
+def test_nested_subsamples_are_nested(bench):
+    sc = simulate.draw(bench, 0.02, 400, seed=4).scores
+    subs = budget.nested_subsamples(sc, 3, seed=5)
+    sizes = [s.n_sample for s in subs]
+    assert sizes[-1] == sc.n_sample
+    assert all(b / a == pytest.approx(2, rel=0.1) for a, b in zip(sizes, sizes[1:], strict=False))
+    for a, b in zip(subs, subs[1:], strict=False):
+        assert (a.pos_counts <= b.pos_counts).all()
+
+
+def test_verdict():
+    ok = budget.verdict([1, 2, 4, 8], [0.60, 0.55, 0.53, 0.525], noise=0.01)
+    assert ok["converged"] and ok["needed_sample"] is None
+    # Moves halving each doubling: 0.04 -> 0.02 needs two more doublings to reach 0.005.
+    short = budget.verdict([1, 2, 4, 8], [0.70, 0.62, 0.58, 0.56], noise=0.005)
+    assert not short["converged"] and short["needed_sample"] == 32
+    assert short["message"].startswith("SAMPLE TOO SMALL")
+    flat = budget.verdict([1, 2, 4, 8], [0.70, 0.66, 0.62, 0.58], noise=0.005)
+    assert flat["needed_sample"] is None and "at least 32" in flat["message"]
+
+
+def _block_aps(blocks):
+    return np.stack(
+        [predict.per_query_ap(estimators.count(b), 1e5, 100, b.fixed_counts) for b in blocks]
+    )
+
+
+def test_drift_flags_a_shifted_block_only(bench):
+    blocks = [simulate.draw(bench, 0.005, 100, seed=10 + i).scores for i in range(4)]
+    clean = budget.drift(_block_aps(blocks))
+    assert not clean["flag"] and clean["dof"] == 3
+    # A convenience block: its distractors come from a harder law (endpoint moved up).
+    hard = simulate.with_law(bench, dict(bench.law, e=bench.law["e"] + 0.05))
+    blocks[0] = simulate.draw(hard, 0.005, 100, seed=20).scores
+    assert budget.drift(_block_aps(blocks))["flag"]
+
+
+def test_drift_null_calibration():
+    # Under the null (blocks = noisy copies of one truth) p-values are roughly uniform.
+    rng = np.random.default_rng(0)
+    ps = [
+        budget.drift(rng.uniform(size=Q) + 0.1 * rng.standard_normal((5, Q)))["p_value"]
+        for _ in range(300)
+    ]
+    assert 0.005 < np.mean(np.asarray(ps) < 0.05) < 0.1
+
+
+def test_hash_membership():
+    ids = [f"tar{i // 100:04d}/{i:06d}" for i in range(5000)]
+    uniform = [i for i, keep in zip(ids, sampling.in_sample(ids, 0.1, 3), strict=True) if keep]
+    assert budget.hash_membership(uniform, 0.1, 3)["uniform"]
+    curated = ids[:500]
+    got = budget.hash_membership(curated, 0.1, 3)
+    assert not got["uniform"] and got["share_in_hash_sample"] < 0.2

@@ -1,0 +1,77 @@
+"""The simulator: its laws invert, and a draw has the law of a uniform subset of a pool."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tailaware import metrics, simulate
+
+Q = 200
+
+
+@pytest.mark.parametrize("family", simulate.FAMILIES)
+def test_survival_inverts(family):
+    bench = simulate.make_benchmark(20, family=family, seed=0)
+    u = np.geomspace(1e-12, 0.99, 30)[None].repeat(20, 0)
+    s = simulate.inverse_survival(bench.law, family, u)
+    np.testing.assert_allclose(simulate.survival(bench.law, family, s), u, rtol=1e-6)
+    assert (np.diff(s, axis=1) < 0).all()  # survival decreasing in the score
+    # Positives carry their hardness: G(s_j) = x_j, and immune ones sit above the endpoint.
+    x = simulate.survival(bench.law, family, np.where(bench.mask, bench.pos_scores, 0.0))
+    np.testing.assert_allclose(x[bench.mask], bench.x[bench.mask], rtol=1e-6, atol=1e-300)
+    immune = bench.mask & (bench.x == 0)
+    endpoint = np.broadcast_to(bench.law["e"][:, None], bench.x.shape)
+    assert immune.any() and (bench.pos_scores[immune] > endpoint[immune]).all()
+
+
+@pytest.mark.parametrize("family", simulate.FAMILIES)
+def test_draw_matches_brute_force_law(family):
+    # A small pool drawn literally (N uniforms, a uniform S-subset) against the simulator: the
+    # counts, the truth and the stored tail must have the same distribution.
+    n, f, m = 10_000, 0.1, 50
+    bench = simulate.make_benchmark(Q, n, family, x_range=(1e-4, 0.05), seed=1)
+    d = simulate.draw(bench, f, m, seed=2)
+    s = d.scores.n_sample
+    assert s == 1000 and d.scores.tail_scores.shape == (Q, m)
+
+    rng = np.random.default_rng(3)
+    u = rng.uniform(size=(Q, n))
+    sampled = u[:, :s]  # the first S of iid uniforms are a uniform subset
+    x = bench.x
+    brute_counts = (sampled[:, None, :] < x[:, :, None]).sum(axis=2)
+    brute_truth = (u[:, None, :] < x[:, :, None]).sum(axis=2)
+    brute_uM = np.sort(sampled, axis=1)[:, m - 1]
+
+    mask = bench.mask
+    pairs = ((d.scores.pos_counts, brute_counts, s), (d.truth_counts, brute_truth, n))
+    for sim, brute, size in pairs:
+        # Centred on the binomial mean per positive, the two samples share one distribution.
+        z_sim, z_bru = (sim - x * size)[mask], (brute - x * size)[mask]
+        assert stats.ks_2samp(z_sim, z_bru).pvalue > 1e-3
+    u_m = simulate.survival(bench.law, family, d.scores.tail_scores[:, -1].astype(np.float64))
+    assert stats.ks_2samp(u_m, brute_uM).pvalue > 1e-3
+
+
+def test_counts_are_exact_inside_the_tail_and_nested():
+    bench = simulate.make_benchmark(Q, 10**8, seed=4)
+    d = simulate.draw(bench, 0.01, 200, seed=5)
+    c, t, mask = d.scores.pos_counts, d.truth_counts, bench.mask
+    assert ((t >= c) | ~mask).all()
+    # Sorted by hardness, both count vectors are non-decreasing within a query.
+    for counts in (c, t):
+        diffs = np.diff(np.where(mask, counts, np.iinfo(np.int64).max), axis=1)
+        assert (diffs[mask[:, 1:]] >= 0).all()
+    # Immune positives are never outranked, at any size.
+    assert (c[mask & (bench.x == 0)] == 0).all() and (t[mask & (bench.x == 0)] == 0).all()
+
+
+def test_truth_mean_matches_the_binomial_law():
+    # E[K_j] = N x_j: the realized full-pool counts average to the law's expectation.
+    bench = simulate.make_benchmark(2000, 10**8, x_range=(1e-7, 1e-3), immune_share=0.0, seed=6)
+    d = simulate.draw(bench, 0.05, 100, seed=7)
+    m = bench.mask
+    ratio = d.truth_counts[m].sum() / (bench.x[m] * bench.n_pool).sum()
+    assert abs(ratio - 1.0) < 0.02
+    assert simulate.true_map(d.truth_counts, 1000) == pytest.approx(
+        float(metrics.ap_at_k_from_counts(d.truth_counts, m, 1000).mean())
+    )

@@ -1,0 +1,81 @@
+"""The validate job end to end through launch.py, and the protocol fields of prediction.json."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import default
+from tailaware import predict, protocol, simulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_validate_job_tiny(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "--config=configs/validate.py",
+            f"--workdir={tmp_path}",
+            "--config.estimator=count",
+            "--config.validate.estimators=('count','homogeneous')",
+            "--config.evt.top_m=200",
+            "--config.k=100",
+            "--config.validate.families=('kumaraswamy',)",
+            "--config.validate.num_queries=40",
+            "--config.validate.n_pool=1000000",
+            "--config.validate.fractions=(0.01,0.05)",
+            "--config.validate.draws=3",
+            "--config.validate.query_replicates=100",
+            "--config.validate.nested_replicates=8",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "validation.json").read_text())
+    cell = res["cells"]["kumaraswamy"]["0.05"]
+    for row in ("count", "homogeneous", "evaluate-at-S", "power_law", "log_uniform"):
+        assert {"bias", "mae"} <= set(cell[row]) and cell[row]["mae"] >= abs(cell[row]["bias"])
+    assert 0.0 <= cell["_coverage"]["ci90"] <= 1.0
+    # Evaluate-at-S and count over-predict, as in the paper: the sample has not seen the tail.
+    assert cell["evaluate-at-S"]["bias"] > cell["count"]["bias"] > 0
+    assert "coverage ci90" in out.stdout and "evaluate-at-S" in out.stdout
+    for png in ("validation_errors.png", "validation_calibration.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_protocol_augment_fields():
+    cfg = default.get_config()
+    cfg.k = 100
+    cfg.protocol = dict(query_replicates=200, nested_replicates=10, curve_points=7)
+    bench = simulate.make_benchmark(60, 10**7, seed=0)
+    sc = simulate.draw(bench, 0.01, 200, seed=1).scores
+    result = predict.predict(sc, cfg, 10**7)
+    extra = protocol.augment(result, sc, cfg, 10**7)
+    lo, hi = extra["ci90"]
+    lo95, hi95 = extra["ci95"]
+    assert lo95 <= lo < result["map"] < hi <= hi95
+    curve = extra["curve"]
+    assert len(curve["n"]) == 7 and curve["n"][0] == 1e3 and curve["n"][-1] == pytest.approx(1e9)
+    assert (np.diff(curve["map"]) <= 1e-9).all()  # never increases with N
+    assert all(a <= m <= b for (a, b), m in zip(curve["ci90"], curve["map"], strict=True))
+    diag = extra["diagnostics"]
+    assert {"budget", "drift", "share_tail_priced", "summary"} <= set(diag)
+    assert diag["drift"]["checked"] is False and len(diag["budget"]["sizes"]) == 4
+    assert {"at_sample", "count", "homogeneous", "power_law", "log_uniform"} <= set(
+        extra["baselines"]
+    )
+    assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
+    assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
+    json.dumps(extra)  # prediction.json must serialise
