@@ -80,7 +80,6 @@ class HostBackend:
         self.m, self.chunk = m, min(chunk, m)
         self.threads = threads or os.cpu_count() or 1
         self.pool = futures.ThreadPoolExecutor(self.threads)
-        self.buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         return self.queries @ np.asarray(x, np.float32).T
@@ -103,22 +102,9 @@ class HostBackend:
                 xc = x[cols].astype(np.float32)
                 self.tops[t].add_scores(self.queries @ xc.T, ids[cols])
                 return
-            # Reused per-thread buffers: fresh multi-MB arrays per chunk cost page faults.
-            n, d = self.chunk, x.shape[1]
-            bufs = self.buffers.get(t)
-            if bufs is None or bufs[0].shape[1] != d:
-                bufs = self.buffers[t] = (
-                    np.empty((n, d), np.float32),
-                    np.empty((self.queries.shape[0], n), np.float32),
-                )
             for c in mine:
-                xc = x[c : c + n]
-                if xc.shape[0] == n:
-                    np.copyto(bufs[0], xc)  # float16 -> float32
-                    scores = np.matmul(self.queries, bufs[0].T, out=bufs[1])
-                else:
-                    scores = self.queries @ xc.astype(np.float32).T
-                self.tops[t].add_scores(scores, ids[c : c + n])
+                xc = x[c : c + self.chunk].astype(np.float32)
+                self.tops[t].add_scores(self.queries @ xc.T, ids[c : c + self.chunk])
 
         blas_threads = max(1, (os.cpu_count() or 1) // self.threads)
         with threadpoolctl.threadpool_limits(blas_threads, user_api="blas"):

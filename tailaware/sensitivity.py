@@ -510,7 +510,9 @@ def format_report(report: Report, query_ids=None, top: int = 5) -> str:
     ids = [str(i) for i in query_ids] if query_ids is not None else [f"q{i}" for i in range(q)]
     blind = np.asarray(report.blind) * q  # per-query AP change
     decay = LN10 * np.asarray(g.aps_d_log_n)
-    share = np.asarray(u.query_var) / max(float(u.sd) ** 2, 1e-300)
+    qvar = np.asarray(u.query_var, np.float64)
+    total = qvar.sum()
+    share = qvar / total if total > 0 else np.zeros_like(qvar)  # no noise: no share to split
     lines = [
         f"predicted mAP@k {float(g.map):.4f}; {float(g.per_decade):+.4f} per decade of gallery "
         f"growth (d mAP / d log10 N, {report.truncation} truncation)",
