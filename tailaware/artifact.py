@@ -104,13 +104,7 @@ def load(path: str | os.PathLike) -> HardnessArtifact:
     Raises:
       ValueError: naming the file, the field and what was expected.
     """
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such hardness artifact")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            fields = {name: z[name] for name in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable .npz file ({e})") from e
+    fields = atomic.read_npz(path, "hardness artifact")
     return _validate(fields, os.fspath(path))
 
 

@@ -40,6 +40,23 @@ def write_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
         np.savez(f, **arrays)
 
 
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
+    """Saves a matplotlib figure as PNG, atomically."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+
+
+def read_npz(path: str | os.PathLike, what: str) -> dict:
+    """Returns every array of an `.npz` file; errors name the file and say what it should be."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such {what}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {name: z[name] for name in z.files}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable .npz file ({e})") from e
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()

@@ -79,23 +79,10 @@ def true_map(counts: np.ndarray, fixed: np.ndarray, k: int) -> float:
     return float(metrics.ap_at_k_from_counts(np.where(mask, counts + fixed, -1), mask, k).mean())
 
 
-def available_estimators() -> list[str]:
-    """Returns the estimators that can run (the EVT ones need `tailaware.hardness`)."""
-    names = []
-    for name in estimators.ESTIMATORS:
-        try:
-            estimators.get(name)
-        except (ImportError, AttributeError):
-            logging.warning("estimator %s is not available", name)
-            continue
-        names.append(name)
-    return names
-
-
 def curves(scores: SampledScores, config, sizes) -> dict:
     """Returns {estimator: [mAP@k at each size]} predicted from the sample alone."""
     out = {}
-    for name in available_estimators():
+    for name in estimators.available():
         hardness = estimators.get(name)(scores, config)
         out[name] = [
             float(predict.per_query_ap(hardness, n, config.k, scores.fixed_counts).mean())
@@ -131,8 +118,7 @@ def plot(path, truth, predicted, at_sample, k) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+    atomic.save_figure(fig, path)
     plt.close(fig)
 
 

@@ -70,3 +70,15 @@ def get(name: str) -> Callable[..., Hardness]:
         module, attr = fn.split(":")
         fn = getattr(importlib.import_module(module), attr)
     return fn
+
+
+def available() -> list[str]:
+    """Returns the registered estimators that import (the EVT ones need `tailaware.hardness`)."""
+    names = []
+    for name in ESTIMATORS:
+        try:
+            get(name)
+        except (ImportError, AttributeError):
+            continue
+        names.append(name)
+    return names

@@ -220,6 +220,5 @@ def plot_curve(path: str | os.PathLike, result: dict) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+    atomic.save_figure(fig, path)
     plt.close(fig)

@@ -107,13 +107,7 @@ def load_scores(path: str | os.PathLike) -> SampledScores:
     Raises:
       ValueError: naming the file, the field and what was expected.
     """
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such sampled-scores file")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            fields = {name: z[name] for name in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable .npz file ({e})") from e
+    fields = atomic.read_npz(path, "sampled-scores file")
     return _validate(fields, os.fspath(path))
 
 

@@ -27,19 +27,6 @@ BASELINES = ("evaluate-at-S", "power_law", "log_uniform")
 ORACLES = ("oracle (expected rank)", "oracle (Poisson E[AP])")
 
 
-def available_estimators() -> list[str]:
-    """Returns the registered estimators that import (the EVT ones need `tailaware.hardness`)."""
-    names = []
-    for name in estimators.ESTIMATORS:
-        try:
-            estimators.get(name)
-        except (ImportError, AttributeError):
-            logging.warning("estimator %s is not available", name)
-            continue
-        names.append(name)
-    return names
-
-
 @jax.jit
 def _poisson_map(x, mask, n):
     return jnp.mean(jax.vmap(lambda xi, mi: law.expected_ap_poisson(xi, mi, n, 1000))(x, mask))
@@ -194,8 +181,7 @@ def plot(workdir: str, results: dict, estimator: str) -> None:
         ax.set_ylabel(f"predicted - true mAP@{results['k']}")
         ax.set_title(family)
     fig.tight_layout()
-    with atomic.atomic_path(os.path.join(workdir, "validation_errors.png")) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+    atomic.save_figure(fig, os.path.join(workdir, "validation_errors.png"), dpi=100)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 4.5), squeeze=False)
@@ -209,8 +195,7 @@ def plot(workdir: str, results: dict, estimator: str) -> None:
         ax.set_ylabel(f"estimated x ({estimator}; 0 drawn at 1e-14)")
         ax.set_title(f"{family}, f={results['fractions'][-1]}")
     fig.tight_layout()
-    with atomic.atomic_path(os.path.join(workdir, "validation_calibration.png")) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+    atomic.save_figure(fig, os.path.join(workdir, "validation_calibration.png"), dpi=100)
     plt.close(fig)
 
 
@@ -219,7 +204,7 @@ def run(config, workdir: str) -> None:
     t0 = time.time()
     v = config.validate
     k = int(config.k)
-    names = list(v.estimators) or available_estimators()
+    names = list(v.estimators) or estimators.available()
     if config.estimator not in names:
         names.append(config.estimator)
     results = {
