@@ -203,9 +203,12 @@ def _scaled_log1p(y, xi, sig):
     a = xi * r
     inside = a > -1.0
     a_safe = jnp.where(inside, a, 0.0)
-    nz = a_safe != 0
+    # Near a = 0 the series 1 - a/2 + a^2/3 (error a^3/4 < 1e-12) keeps the value and, unlike a
+    # constant 1, the slope -1/2: d/dxi of log S at xi = 0 is r^2 / 2, not 0.
+    small = jnp.abs(a_safe) < 1e-4
     log1p = jnp.log1p(a_safe)
-    return r, log1p, jnp.where(nz, log1p / jnp.where(nz, a_safe, 1.0), 1.0), inside
+    series = 1.0 - a_safe / 2.0 + a_safe * a_safe / 3.0
+    return r, log1p, jnp.where(small, series, log1p / jnp.where(small, 1.0, a_safe)), inside
 
 
 def loglik(xi, sigma, y, mask):

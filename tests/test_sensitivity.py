@@ -190,11 +190,6 @@ def test_tail_gradients_finite_beyond_endpoint_and_at_boundaries():
     assert np.all(np.asarray(jac[0, 1]) == 0.0)  # beyond the endpoint: x = 0 whatever the fit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpd.log_survival's double-where at xi = 0 drops the r^2 / 2 slope in xi "
-    "(reported to the gpd author); remove this mark when it is fixed",
-)
 def test_tail_gradient_in_xi_at_the_exponential_boundary(x64):
     params = sensitivity.TailParams(
         jnp.log(jnp.array([1e-3])), jnp.array([0.3]), jnp.array([0.0]), jnp.log(jnp.array([0.05]))
