@@ -270,6 +270,27 @@ def _implicit_interior_jvp(primals, tangents):
     return (xi_hat, sigma_hat), (d[0], sigma_hat * d[1])
 
 
+def _in_max_units(y, mask):
+    """Returns the masked excesses in units of the largest one, as both searches need them.
+
+    Returns (y, n, n_safe, y_max, ok, scale, z, w): `y` zeroed at padding; n excesses (n_safe
+    >= 1 for divisions); `ok` when some excess is positive; `scale` = y_max (1 when not ok), a
+    constant for the search (`stop_gradient`); z = y / scale and w = 1 - z computed as
+    (scale - y) / scale so it keeps precision near the maximum (1 at padding).
+    """
+    dtype = y.dtype
+    y = jnp.where(mask, y, 0.0)
+    n = jnp.sum(mask).astype(dtype)
+    y_max = jnp.max(y)
+    ok = (n > 0) & (y_max > 0)
+    n_safe = jnp.where(n > 0, n, 1.0)
+    scale = jax.lax.stop_gradient(jnp.where(ok, y_max, 1.0))
+    yz = jax.lax.stop_gradient(y)
+    z = jnp.where(mask, yz / scale, 0.0)
+    w = jnp.where(mask, (scale - yz) / scale, 1.0)
+    return y, n, n_safe, y_max, ok, scale, z, w
+
+
 def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
     """Fits a GPD with -1 <= xi <= 0 by maximum likelihood to the excesses of one problem.
 
@@ -281,15 +302,7 @@ def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
       A `GPDFit` of scalars. Batch with `jax.vmap(fit)` (or use `fit_batch`).
     """
     dtype = y.dtype
-    y = jnp.where(mask, y, 0.0)
-    n = jnp.sum(mask).astype(dtype)
-    y_max = jnp.max(jnp.where(mask, y, 0.0))
-    ok = (n > 0) & (y_max > 0)
-    n_safe = jnp.where(n > 0, n, 1.0)
-    scale = jax.lax.stop_gradient(jnp.where(ok, y_max, 1.0))
-    yz = jax.lax.stop_gradient(y)
-    z = jnp.where(mask, yz / scale, 0.0)
-    w = jnp.where(mask, (scale - yz) / scale, 1.0)
+    y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
 
     m1 = jnp.sum(z) / n_safe
     m2 = jnp.sum(z * z) / n_safe
@@ -386,15 +399,7 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
       (sigma [X], loglik [X]); sigma = 0 and loglik = 0 when there is no positive excess.
     """
     dtype = y.dtype
-    y = jnp.where(mask, y, 0.0)
-    n = jnp.sum(mask).astype(dtype)
-    y_max = jnp.max(y)
-    ok = (n > 0) & (y_max > 0)
-    n_safe = jnp.where(n > 0, n, 1.0)
-    scale = jax.lax.stop_gradient(jnp.where(ok, y_max, 1.0))
-    yz = jax.lax.stop_gradient(y)
-    z = jnp.where(mask, yz / scale, 0.0)
-    w = jnp.where(mask, (scale - yz) / scale, 1.0)
+    y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
     s_max = S_MAX[np.dtype(dtype)]
 
     def one(xi):
