@@ -9,6 +9,8 @@ import importlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from tailaware import compilation_cache
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
     "configs/default.py",
@@ -22,7 +24,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    logging.info("job %s, workdir %s", config.job, _WORKDIR.value)
+    cache = compilation_cache.enable()
+    logging.info("job %s, workdir %s, compilation cache %s", config.job, _WORKDIR.value, cache)
     importlib.import_module(config.job).run(config, _WORKDIR.value)
 
 

@@ -68,7 +68,7 @@ def shards_of(x, shard_rows):
 
 
 def scoring_pass(backend_name, queries, x, m, block, n_pos=6):
-    """Seconds for the full pass (top-M + counts) over x; returns (seconds, state)."""
+    """Seconds for the full pass (top-M + counts) over x; returns (seconds, state, backend)."""
     from tailaware import scoring
 
     rng = np.random.default_rng(1)
@@ -79,7 +79,7 @@ def scoring_pass(backend_name, queries, x, m, block, n_pos=6):
     shards = shards_of(x, 4 * block)
     t0 = time.perf_counter()
     state, _ = scoring.score_shards(backend, pos, shards, spec, block_size=block)
-    return time.perf_counter() - t0, state
+    return time.perf_counter() - t0, state, backend
 
 
 def numpy_matmul(queries, x, block):
@@ -157,7 +157,7 @@ def main():
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}"
     )
     t_np = best_of(numpy_matmul(queries, x, args.block), 2)
-    t_host, _ = min(
+    t_host, _, host = min(
         (scoring_pass("host", queries, x, args.m, args.block) for _ in range(2)), key=lambda r: r[0]
     )
     t_np = min(t_np, best_of(numpy_matmul(queries, x, args.block), 1))  # again, after
@@ -190,8 +190,8 @@ def main():
         for b in blocks:
             dot(qd, b).block_until_ready()
         t_jax_mm = best_of(lambda: [dot(qd, b).block_until_ready() for b in blocks], 2)
-        t_jax, _ = scoring_pass("jax", queries, xj, args.m, args.block)  # includes compilation
-        t_jax, _ = scoring_pass("jax", queries, xj, args.m, args.block)
+        t_jax, *_ = scoring_pass("jax", queries, xj, args.m, args.block)  # includes compilation
+        t_jax, *_ = scoring_pass("jax", queries, xj, args.m, args.block)
         scale = n / nj
         rows.append((f"jax matmul (f16 in, f32 acc) [{nj:,}]", t_jax_mm * scale, "XLA"))
         rows.append((f"jax pass (on device) [{nj:,}]", t_jax * scale, "lax.top_k"))
@@ -199,6 +199,9 @@ def main():
     print(f"\n{'':44}{'seconds':>9}{'GFLOP/s':>9}  kernel")
     for name, t, note in rows:
         print(f"{name:44}{t:9.2f}{gflop / t:9.1f}  {note}")
+    buffered = sum(top.buffered for top in host.tops) / q
+    floor = "a guessed floor" if np.isfinite(host.tops[0].floor).all() else "no floor"
+    print(f"\nhost pass buffered {buffered:,.0f} scores per query (M = {args.m}; {floor})")
     print("\nratios (higher is better; bars: host/numpy >= 0.85, host/faiss >= 1)")
     print(f"  host pass / numpy matmul   {t_np / t_host:6.3f}")
     print(f"  host pass / best faiss     {t_faiss / t_host:6.3f}")

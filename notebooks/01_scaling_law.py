@@ -161,7 +161,7 @@ truth = [demo.true_map(truth_counts[s], scores.fixed_counts, k) for s in sizes]
 at_sample = float(predict.at_sample_ap(scores, k).mean())
 count = estimators.count(scores)
 grid = np.geomspace(scores.n_sample, 200_000, 12)
-predicted = [float(predict.per_query_ap(count, s, k, scores.fixed_counts).mean()) for s in grid]
+predicted = predict.per_query_ap(count, grid, k, scores.fixed_counts, scores).mean(axis=1)
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(sizes, truth, "ko", label="truth (full gallery)")

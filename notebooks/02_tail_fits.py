@@ -138,9 +138,10 @@ plt.show()
 #
 # A plug-in fit with xi < 0 has a finite endpoint u + sigma / -xi. A positive above it gets
 # hardness exactly 0: immune at every gallery size. The paper sees this in 20-30% of fits and
-# leaves it open. `evt_averaged` averages the tail probability over the profile likelihood in
-# xi (flat prior on [-1, 0]); shapes near 0 keep unbounded support, so no positive gets a hard
-# 0. Against the truth, for the tail-priced positives:
+# leaves it open. `evt_averaged` keeps the tail's posterior over xi in [-1/2, 0] (scale
+# integrated out) as hardness atoms and predicts by averaging E[AP] over them; shapes near 0
+# keep unbounded support, so no positive gets a hard 0. Its reported x is the posterior mean.
+# Against the truth, for the tail-priced positives:
 
 # %%
 hard = {name: estimators.get(name)(scores, config) for name in ("count", "evt", "evt_averaged")}
@@ -176,5 +177,5 @@ truth = demo.true_map(truth_counts[n_full], scores.fixed_counts, k)
 print(f"{'truth':<16}{truth:.4f}")
 print(f"{'evaluate-at-S':<16}{predict.at_sample_ap(scores, k).mean():.4f}")
 for name, h in hard.items():
-    pred = predict.per_query_ap(h, n_full, k, scores.fixed_counts).mean()
+    pred = predict.per_query_ap(h, n_full, k, scores.fixed_counts, scores).mean()
     print(f"{name:<16}{pred:.4f}  ({pred - truth:+.4f})")

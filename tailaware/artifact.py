@@ -14,6 +14,11 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `fit_<name>` float64 or bool [Q], optional: per-query fit parameters and diagnostics (the
   estimator's `Hardness.info`, e.g. threshold, xi, sigma, endpoint).
 - `query_ids` str [Q], optional.
+- `pos_counts` int64 [Q, P], optional: the sample's own counts above each positive, so that
+  predictions at N >= S condition on them as `predict` does from the scores (-1 at padding).
+- `atoms` float64 [Q, P, A] and `weights` float64 [Q, A], optional together: the estimator's
+  posterior over each positive's hardness (`estimators.Hardness.atoms`), which predictions
+  average over; `x` is its mean.
 
 Loading validates every field like the sampled-scores reader and names the file, the field and
 the problem.
@@ -23,10 +28,10 @@ import dataclasses
 import json
 import os
 
-import jax.numpy as jnp
 import numpy as np
 
-from tailaware import atomic, estimators, law
+from tailaware import atomic, estimators
+from tailaware import predict as predict_lib
 from tailaware.scores import SampledScores
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
@@ -45,11 +50,16 @@ class HardnessArtifact:
     metadata: dict
     fit: dict
     query_ids: np.ndarray | None = None
+    pos_counts: np.ndarray | None = None
+    atoms: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
     @property
     def hardness(self) -> estimators.Hardness:
         """The artifact as the estimators' `Hardness`."""
-        return estimators.Hardness(self.x, self.mask, self.tail_priced, dict(self.fit))
+        return estimators.Hardness(
+            self.x, self.mask, self.tail_priced, dict(self.fit), self.atoms, self.weights
+        )
 
 
 def from_hardness(
@@ -71,11 +81,20 @@ def from_hardness(
             "mask": np.asarray(hardness.mask, bool),
             "tail_priced": np.asarray(hardness.tail_priced, bool),
             "fixed_counts": np.asarray(scores.fixed_counts, np.int64),
+            "pos_counts": np.asarray(scores.pos_counts, np.int64),
             "n_sample": np.asarray(scores.n_sample, np.int64),
             "estimator": np.asarray(estimator),
             "metadata": np.asarray(json.dumps(metadata or {}, sort_keys=True, default=str)),
             **{f"fit_{k}": v for k, v in fit.items()},
             **({} if scores.query_ids is None else {"query_ids": np.asarray(scores.query_ids)}),
+            **(
+                {}
+                if hardness.atoms is None
+                else {
+                    "atoms": np.asarray(hardness.atoms, np.float64),
+                    "weights": np.asarray(hardness.weights, np.float64),
+                }
+            ),
         },
         "<arrays>",
     )
@@ -95,6 +114,10 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
     }
     if art.query_ids is not None:
         arrays["query_ids"] = np.asarray(art.query_ids, dtype=str)
+    if art.pos_counts is not None:
+        arrays["pos_counts"] = art.pos_counts
+    if art.atoms is not None:
+        arrays["atoms"], arrays["weights"] = art.atoms, art.weights
     atomic.write_npz(path, **arrays)
 
 
@@ -115,9 +138,8 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     for name in REQUIRED:
         if name not in fields:
             fail(name, "missing (required)")
-    extra = [
-        f for f in fields if f not in REQUIRED and f != "query_ids" and not f.startswith("fit_")
-    ]
+    optional = ("query_ids", "pos_counts", "atoms", "weights")
+    extra = [f for f in fields if f not in REQUIRED + optional and not f.startswith("fit_")]
     if extra:
         fail(sorted(extra)[0], "unknown field")
 
@@ -170,6 +192,14 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     query_ids = fields.get("query_ids")
     if query_ids is not None and query_ids.shape != (q,):
         fail("query_ids", f"expected [Q] = [{q}], got shape {query_ids.shape}")
+    atoms, weights = _validate_atoms(fields, x.shape, fail)
+    pos_counts = fields.get("pos_counts")
+    if pos_counts is not None:
+        if pos_counts.dtype.kind != "i" or pos_counts.shape != x.shape:
+            fail("pos_counts", f"expected int [Q, P] = {list(x.shape)}, got {pos_counts.shape}")
+        if (pos_counts[mask] < 0).any():
+            fail("pos_counts", "negative at a real positive")
+        pos_counts = np.where(mask, pos_counts, -1).astype(np.int64)
     return HardnessArtifact(
         x=x.astype(np.float64),
         mask=mask,
@@ -180,18 +210,38 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         metadata=metadata,
         fit=fit,
         query_ids=query_ids,
+        pos_counts=pos_counts,
+        atoms=atoms,
+        weights=weights,
     )
+
+
+def _validate_atoms(fields, shape, fail):
+    """Returns (atoms, weights) or (None, None); both or neither must be present."""
+    atoms, weights = fields.get("atoms"), fields.get("weights")
+    if atoms is None and weights is None:
+        return None, None
+    if atoms is None or weights is None:
+        fail("atoms" if atoms is None else "weights", "atoms and weights come together")
+    if atoms.dtype.kind != "f" or atoms.ndim != 3 or atoms.shape[:2] != shape:
+        fail("atoms", f"expected float [Q, P, A] with [Q, P] = {list(shape)}, got {atoms.shape}")
+    if not np.isfinite(atoms).all() or (atoms < 0).any() or (atoms > 1).any():
+        fail("atoms", "hardness atoms must be finite and in [0, 1]")
+    if weights.dtype.kind != "f" or weights.shape != (shape[0], atoms.shape[2]):
+        fail(
+            "weights",
+            f"expected float [Q, A] = [{shape[0]}, {atoms.shape[2]}], got {weights.shape}",
+        )
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        fail("weights", "weights must be finite and >= 0")
+    if not np.allclose(weights.sum(axis=1), 1.0, atol=1e-6):
+        fail("weights", "each query's weights must sum to 1")
+    return atoms.astype(np.float64), weights.astype(np.float64)
 
 
 def predict(art: HardnessArtifact, n, k: int) -> dict:
     """Returns mAP@k and per-query AP@k at gallery size(s) n from the artifact alone."""
     sizes = np.atleast_1d(np.asarray(n, np.float64))
-    x = jnp.asarray(art.x, jnp.float32)
-    fixed = jnp.asarray(np.where(art.mask, art.fixed_counts, 0), jnp.float32)
-    mask = jnp.asarray(art.mask)
-    maps, aps = [], []
-    for size in sizes:
-        m, a = law.map_at_k(x, mask, jnp.float32(size), jnp.float32(k), fixed)
-        maps.append(float(m))
-        aps.append(np.asarray(a, np.float64))
-    return {"n": sizes.tolist(), "map": maps, "per_query_ap": np.stack(aps)}
+    sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
+    aps = predict_lib.per_query_ap(art.hardness, sizes, k, art.fixed_counts, sample)
+    return {"n": sizes.tolist(), "map": aps.mean(axis=1).tolist(), "per_query_ap": aps}

@@ -72,21 +72,28 @@ def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarra
 
 @functools.cache
 def hardness_fn(name: str, min_count: int = 5) -> Callable | None:
-    """Returns x(tail [Q, L], pos, counts, mask [Q, P], S, q') -> [Q, P], or None.
+    """Returns (tail [Q, L], pos, counts, mask [Q, P], S, q') -> (atoms [Q, P, A], w [Q, A]).
+
+    The atoms and weights are the estimator's hardness posterior as the law averages over it
+    (`estimators.Hardness.atoms`); point estimators have one atom of weight 1.
 
     `tail` holds the top L (resampled) scores of each query and q' puts the threshold where the
     estimator puts it on all its kept scores (see `core`).
     None when the estimator has no JAX form here (the nested bootstrap is then skipped).
     Cached, so that the jitted bootstrap compiles once per estimator.
     """
+
+    def one_atom(x):
+        return x[:, :, None], jnp.ones((x.shape[0], 1), x.dtype)
+
     if name == "count":
-        return lambda tail, pos, counts, mask, s, tq: jnp.where(mask, counts / s, 0.0)
+        return lambda tail, pos, counts, mask, s, tq: one_atom(jnp.where(mask, counts / s, 0.0))
     if name == "homogeneous":
 
         def homogeneous(tail, pos, counts, mask, s, tq):
             k = jnp.sum(jnp.where(mask, counts, 0.0), axis=1, keepdims=True)
             n = jnp.maximum(jnp.sum(mask, axis=1, keepdims=True), 1).astype(counts.dtype)
-            return jnp.where(mask, k / (n * s), 0.0)
+            return one_atom(jnp.where(mask, k / (n * s), 0.0))
 
         return homogeneous
     if name not in ("evt", "evt_averaged"):
@@ -99,14 +106,17 @@ def hardness_fn(name: str, min_count: int = 5) -> Callable | None:
     method = methods[name]
 
     def evt(tail, pos, counts, mask, s, threshold_quantile):
-        log_x = hardness.log_tail_prob(
-            jnp.where(mask, pos, jnp.nan), tail, s, threshold_quantile, method
-        )
+        pos_nan = jnp.where(mask, pos, jnp.nan)
+        if method == "mean":
+            log_x, w = hardness.posterior(pos_nan, tail, s, threshold_quantile)
+        else:
+            log_x = hardness.log_tail_prob(pos_nan, tail, s, threshold_quantile, method)[..., None]
+            w = jnp.ones((tail.shape[0], 1), tail.dtype)
         u, _, ex_mask = hardness.excesses(tail, threshold_quantile)
         fitted = jnp.any(ex_mask, axis=1)
         tail_priced = mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
-        x = jnp.where(tail_priced, jnp.exp(log_x), counts / s)
-        return jnp.where(mask, x, 0.0)
+        x = jnp.where(tail_priced[..., None], jnp.exp(log_x), (counts / s)[..., None])
+        return jnp.where(mask[..., None], x, 0.0), w
 
     return evt
 
@@ -176,10 +186,11 @@ def core(scores: SampledScores, config, reference: SampledScores | None = None) 
     )
 
 
-@functools.partial(jax.jit, static_argnames=("fn", "threshold_quantile"))
+@functools.partial(jax.jit, static_argnames=("k", "fn", "threshold_quantile"))
 def _point(tail, pos, counts, mask, fixed, s, sizes, k, fn, threshold_quantile):
-    x = fn(tail, pos, counts, mask, s, threshold_quantile)
-    return jax.vmap(lambda n: law.map_at_k(x, mask, n, k, fixed)[1])(sizes), x
+    atoms, w = fn(tail, pos, counts, mask, s, threshold_quantile)
+    aps = jax.vmap(lambda n: law.expected_map(atoms, mask, n, k, fixed, w, counts, s)[1])(sizes)
+    return aps, jnp.sum(atoms * w[:, None, :], axis=2)
 
 
 def core_predict(c: Core, estimator: str, config, sizes) -> tuple[np.ndarray, np.ndarray] | None:
@@ -192,7 +203,7 @@ def core_predict(c: Core, estimator: str, config, sizes) -> tuple[np.ndarray, np
     if fn is None:
         return None
     sizes = jnp.asarray(np.asarray(sizes, np.float64), jnp.float32)
-    aps, x = _point(*c[:6], sizes, jnp.float32(config.k), fn=fn, threshold_quantile=c[6])
+    aps, x = _point(*c[:6], sizes, k=int(config.k), fn=fn, threshold_quantile=c[6])
     aps, x = jax.device_get((aps, x))
     return np.asarray(aps, np.float64), np.asarray(x, np.float64)
 
@@ -279,7 +290,7 @@ def resample(key, tail, pos, counts, mask):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("fn", "num_replicates", "batch_size", "threshold_quantile")
+    jax.jit, static_argnames=("k", "fn", "num_replicates", "batch_size", "threshold_quantile")
 )
 def _nested(
     key,
@@ -301,8 +312,8 @@ def _nested(
     def one(key):
         k_q, k_d = jax.random.split(key)
         t, c = resample(k_d, tail, pos, counts, mask)
-        x = fn(t, pos, c, mask, s, threshold_quantile)
-        aps = jax.vmap(lambda n: law.map_at_k(x, mask, n, k, fixed)[1])(sizes)  # [G, Q]
+        atoms, w = fn(t, pos, c, mask, s, threshold_quantile)
+        aps = jax.vmap(lambda n: law.expected_map(atoms, mask, n, k, fixed, w, c, s)[1])(sizes)
         idx = jax.random.randint(k_q, (q,), 0, q)
         return jnp.mean(aps, axis=1), jnp.mean(aps[:, idx], axis=1)
 
@@ -345,7 +356,7 @@ def nested_bootstrap(
         jax.random.key(seed),
         *c[:6],
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        jnp.float32(config.k),
+        k=int(config.k),
         fn=fn,
         num_replicates=int(num_replicates),
         batch_size=int(min(batch_size, num_replicates)),

@@ -85,7 +85,7 @@ def curves(scores: SampledScores, config, sizes) -> dict:
     for name in estimators.available():
         hardness = estimators.get(name)(scores, config)
         out[name] = [
-            float(predict.per_query_ap(hardness, n, config.k, scores.fixed_counts).mean())
+            float(predict.per_query_ap(hardness, n, config.k, scores.fixed_counts, scores).mean())
             for n in sizes
         ]
     return out

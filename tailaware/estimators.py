@@ -26,12 +26,17 @@ class Hardness(NamedTuple):
       mask: [Q, P] bool, real positives.
       tail_priced: [Q, P] bool, positives priced by a fitted tail rather than by the count.
       info: per-query diagnostics, name -> [Q] array.
+      atoms: None, or [Q, P, A] float64 atoms of a posterior over each positive's hardness
+        (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
+      weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
     """
 
     x: np.ndarray
     mask: np.ndarray
     tail_priced: np.ndarray
     info: dict
+    atoms: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
 
 def count(scores: SampledScores, config=None) -> Hardness:

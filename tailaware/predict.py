@@ -17,17 +17,49 @@ from tailaware import atomic, estimators, law, metrics, protocol
 from tailaware import scores as scores_lib
 
 
-@functools.partial(jax.jit, static_argnames=("truncation",))
-def _map_at_k(x, mask, n, k, fixed, truncation="hard"):
-    return law.map_at_k(x, mask, n, k, fixed, truncation)
+@functools.partial(jax.jit, static_argnames=("k",))
+def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample):
+    one = lambda n: law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample)[1]
+    return jax.vmap(one)(sizes)
 
 
-def per_query_ap(hardness: estimators.Hardness, n: float, k: int, fixed: np.ndarray) -> np.ndarray:
-    """Returns the predicted AP@k [Q] of every query at gallery size n (float64 numpy)."""
-    x = jnp.asarray(hardness.x, jnp.float32)
-    fixed = jnp.asarray(np.where(hardness.mask, fixed, 0), jnp.float32)
-    _, aps = _map_at_k(x, jnp.asarray(hardness.mask), jnp.float32(n), jnp.float32(k), fixed)
-    return np.asarray(jax.device_get(aps), np.float64)
+def per_query_ap(
+    hardness: estimators.Hardness,
+    n,
+    k: int,
+    fixed: np.ndarray,
+    sample=None,
+) -> np.ndarray:
+    """Returns the predicted AP@k [Q] of every query at gallery size n (float64 numpy).
+
+    `n` may also be a 1-D array of [G] sizes (one compiled call): the result is then [G, Q].
+
+    The prediction is E[AP@k] under K_j ~ Poisson(n x_j) (`law.expected_map`), averaged over the
+    estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
+    `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it conditions on
+    the sample's own counts (the gallery contains the sample).
+    """
+    mask = hardness.mask
+    x = hardness.x if hardness.atoms is None else hardness.atoms
+    fixed = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
+    w = None if hardness.weights is None else jnp.asarray(hardness.weights, jnp.float32)
+    counts, s = jnp.zeros(mask.shape, jnp.float32), jnp.float32(np.inf)
+    if sample is not None:
+        counts = jnp.asarray(np.where(mask, sample.pos_counts, 0), jnp.float32)
+        s = jnp.float32(sample.n_sample)
+    sizes = np.asarray(n, np.float64)
+    aps = _expected_map(
+        jnp.asarray(x, jnp.float32),
+        jnp.asarray(mask),
+        jnp.asarray(np.atleast_1d(sizes), jnp.float32),
+        int(k),
+        fixed,
+        w,
+        counts,
+        s,
+    )
+    aps = np.asarray(jax.device_get(aps), np.float64)
+    return aps if sizes.ndim else aps[0]
 
 
 def at_sample_ap(scores: scores_lib.SampledScores, k: int) -> np.ndarray:
@@ -43,8 +75,8 @@ def predict(scores: scores_lib.SampledScores, config, n_target: int) -> dict:
         raise ValueError(f"n_target must be a positive gallery size, got {n_target}")
     k = int(config.k)
     hardness = estimators.get(config.estimator)(scores, config)
-    aps = per_query_ap(hardness, n_target, k, scores.fixed_counts)
-    count_aps = per_query_ap(estimators.count(scores), n_target, k, scores.fixed_counts)
+    aps = per_query_ap(hardness, n_target, k, scores.fixed_counts, scores)
+    count_aps = per_query_ap(estimators.count(scores), n_target, k, scores.fixed_counts, scores)
     mask = scores.mask
     result = {
         "map": float(aps.mean()),

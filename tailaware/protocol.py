@@ -87,7 +87,9 @@ def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
         )
         if got is None:
             h = estimators.get(config.estimator)(s, config)
-            got = (np.stack([predict.per_query_ap(h, n, config.k, s.fixed_counts) for n in sizes]),)
+            got = (
+                predict.per_query_ap(h, np.asarray(sizes, np.float64), config.k, s.fixed_counts, s),
+            )
         out.append(got[0].mean(axis=1))
     return np.stack(out)
 
@@ -111,7 +113,7 @@ def drift_check(config, n_target: int, block_files) -> dict:
     aps = []
     for path in block_files:
         s = load_scores(path)
-        aps.append(predict.per_query_ap(fn(s, config), n_target, config.k, s.fixed_counts))
+        aps.append(predict.per_query_ap(fn(s, config), n_target, config.k, s.fixed_counts, s))
     out = budget.drift(np.stack(aps))
     out["checked"] = True
     return out
@@ -140,7 +142,7 @@ def augment(
     fixed = scores.fixed_counts
     grid = np.geomspace(*CURVE_RANGE, int(opts["curve_points"]))
     sizes = np.concatenate([[float(n_target)], grid])
-    aps = np.stack([predict.per_query_ap(hardness, n, k, fixed) for n in sizes])  # [G, Q]
+    aps = predict.per_query_ap(hardness, sizes, k, fixed, scores)  # [G, Q]
     points = aps.mean(axis=1)
 
     query_reps = bootstrap.query_bootstrap(aps, int(opts["query_replicates"]), int(opts["seed"]))
@@ -164,7 +166,7 @@ def augment(
     if subs is not None:
         bud = budget_check(subs, config, n_target, unc["sd_query"])
         fits = curvefit.extrapolate(subs, k, n_target)
-    homog = predict.per_query_ap(estimators.homogeneous(scores), n_target, k, fixed).mean()
+    homog = predict.per_query_ap(estimators.homogeneous(scores), n_target, k, fixed, scores).mean()
     drift = drift_check(config, n_target, tuple(opts["blocks"]))
 
     mask = scores.mask

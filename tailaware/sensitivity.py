@@ -2,7 +2,10 @@
 
 The prediction is mAP@k = mean_q AP_q with AP_q = 1 / min(k, n_pos) * sum_j w(r_j) j / r_j and
 r_j = j + F_j + N x_j (`law.ap_at_k`, paper Sec. 3 and App. A). Everything here differentiates
-that map; nothing re-derives it.
+that map; nothing re-derives it. The reported prediction (`predict`) is the expectation E[AP]
+under Poisson counts (`law.expected_map`); the map is its smooth surrogate (they differ by the
+Jensen gap, which is small unless many positives have N x between 1 and k), so the gradients
+here describe the direction and size of responses, not the last digit of the prediction.
 
 What the reports answer:
 

@@ -1,13 +1,16 @@
 """The validate job: every estimator against known truth at 10^8 (the paper's Table 1 study).
 
-For each simulator family (`simulate.FAMILIES`) and sample fraction, `draws` independent uniform
-samples of a 10^8 pool (see `simulate` for why independent pools stand in for disjoint draws)
-are drawn; each estimator predicts mAP@k at N from the sample alone, next to the baselines
-(evaluate-at-S, the power-law and log-uniform curve fits of `curvefit`) and two oracles that
-know the true hardness (expected-rank map and Poisson E[AP]: the law's own error). Reported
-per estimator and fraction: bias and mean absolute error against the realized truth, coverage
-of the 90% interval (nested bootstrap) over the draws, and per-positive calibration of the
-tail-priced positives (median estimated / true hardness, log-correlation, share priced 0).
+For each hardness regime (`simulate.REGIMES`), simulator family (`simulate.FAMILIES`) and sample
+fraction, `draws` independent uniform samples of a 10^8 pool (see `simulate` for why independent
+pools stand in for disjoint draws) are drawn; each estimator predicts mAP@k at N from the sample
+alone, next to the baselines (evaluate-at-S, the power-law and log-uniform curve fits of
+`curvefit`) and two oracles that know the true hardness (expected-rank map and Poisson E[AP]:
+the law's own error). Reported per estimator and fraction: bias and mean absolute error against
+the realized truth, coverage of the 90% interval (nested bootstrap) over the draws, and per-
+positive calibration of the tail-priced positives (median estimated / true hardness, log-
+correlation, share priced 0). The nested bootstrap runs on the first draw of each cell and its
+distractor spread serves the intervals of all the cell's draws (it depends on the benchmark and
+S, not on the draw); this keeps the study to minutes.
 
 Command: `python launch.py --config=configs/validate.py --workdir=DIR`. Writes
 DIR/validation.json, DIR/validation.txt (the table) and DIR/validation_{errors,calibration}.png.
@@ -66,8 +69,13 @@ def calibration(hardness: estimators.Hardness, x_true: np.ndarray) -> dict:
     }
 
 
-def one_draw(bench, fraction, seed, config, names) -> dict:
-    """Returns every prediction, the truth, the interval and calibration for one draw."""
+def one_draw(bench, fraction, seed, config, names, nested=None) -> dict:
+    """Returns every prediction, the truth, the interval and calibration for one draw.
+
+    `nested`: the distractor replicates of a nested bootstrap to reuse (from another draw of
+    the same cell: its spread is a property of the benchmark and S, not of the draw); when None
+    it is run on this draw and returned under "nested".
+    """
     v = config.validate
     k, n = int(config.k), bench.n_pool
     d = simulate.draw(bench, fraction, int(config.evt.top_m), seed)
@@ -76,7 +84,7 @@ def one_draw(bench, fraction, seed, config, names) -> dict:
     preds, calib = {}, {}
     for name in names:
         h = estimators.get(name)(scores, config)
-        aps = predict.per_query_ap(h, n, k, scores.fixed_counts)
+        aps = predict.per_query_ap(h, n, k, scores.fixed_counts, scores)
         preds[name] = float(aps.mean())
         if h.tail_priced.any():
             calib[name] = calibration(h, bench.x)
@@ -87,9 +95,11 @@ def one_draw(bench, fraction, seed, config, names) -> dict:
     preds.update({m: float(v_) for m, v_ in curvefit.extrapolate(subs, k, n).items()})
 
     reps = bootstrap.query_bootstrap(point_aps, int(v.query_replicates), seed)
-    nested = bootstrap.nested_bootstrap(
-        scores, config.estimator, config, [float(n)], int(v.nested_replicates), seed
-    )
+    if nested is None:
+        nested = bootstrap.nested_bootstrap(
+            scores, config.estimator, config, [float(n)], int(v.nested_replicates), seed
+        )
+        out["nested"] = nested
     at0 = None if nested is None else {key: val[0] for key, val in nested.items()}
     out["interval"] = bootstrap.intervals(float(point_aps.mean()), reps, at0)
     out["predictions"] = preds
@@ -123,10 +133,10 @@ def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
 def format_table(results: dict, estimator: str) -> str:
     """Returns the validation table (one block per family) as text."""
     lines = []
-    for family, cells in results["cells"].items():
+    for cell, cells in results["cells"].items():
         fr = list(cells)
         lines.append(
-            f"{family}: {results['num_queries']} queries, N = {results['n_pool']:,}, "
+            f"{cell}: {results['num_queries']} queries, N = {results['n_pool']:,}, "
             f"{results['draws']} draws per fraction; truth mAP@{results['k']} "
             + ", ".join(f"{cells[f]['_truth']['mean']:.4f}" for f in fr)
         )
@@ -163,10 +173,10 @@ def plot(workdir: str, results: dict, estimator: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fams = list(results["cells"])
-    fig, axes = plt.subplots(1, len(fams), figsize=(6 * len(fams), 4.5), squeeze=False)
-    for ax, family in zip(axes[0], fams, strict=True):
-        raw = results["raw"][family]
+    cells = list(results["cells"])
+    fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 4.5), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        raw = results["raw"][cell]
         names = [n for n in raw[next(iter(raw))][0]["predictions"]]
         pos = 0
         for f, draws in raw.items():
@@ -179,21 +189,21 @@ def plot(workdir: str, results: dict, estimator: str) -> None:
         ax.set_xticks(np.arange(pos))
         ax.set_xticklabels([*(names + [""]) * len(raw)][:pos], rotation=90, fontsize=7)
         ax.set_ylabel(f"predicted - true mAP@{results['k']}")
-        ax.set_title(family)
+        ax.set_title(cell)
     fig.tight_layout()
     atomic.save_figure(fig, os.path.join(workdir, "validation_errors.png"), dpi=100)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, len(fams), figsize=(5 * len(fams), 4.5), squeeze=False)
-    for ax, family in zip(axes[0], fams, strict=True):
-        pts = results["scatter"].get(family)
+    fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 4.5), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        pts = results["scatter"].get(cell)
         if pts:
             ax.loglog(pts["true"], np.maximum(pts["est"], 1e-14), ".", ms=2, alpha=0.4)
             lim = [1e-14, 1e-1]
             ax.plot(lim, lim, "k-", lw=0.8)
         ax.set_xlabel("true hardness x")
         ax.set_ylabel(f"estimated x ({estimator}; 0 drawn at 1e-14)")
-        ax.set_title(f"{family}, f={results['fractions'][-1]}")
+        ax.set_title(f"{cell}, f={results['fractions'][-1]}")
     fig.tight_layout()
     atomic.save_figure(fig, os.path.join(workdir, "validation_calibration.png"), dpi=100)
     plt.close(fig)
@@ -218,25 +228,35 @@ def run(config, workdir: str) -> None:
         "raw": {},
         "scatter": {},
     }
-    for i, family in enumerate(v.families):
+    benches = [(r, f) for r in v.regimes for f in v.families]
+    for i, (regime, family) in enumerate(benches):
+        if regime not in simulate.REGIMES:
+            raise ValueError(f"unknown regime {regime!r}; choose from {list(simulate.REGIMES)}")
         bench = simulate.make_benchmark(
-            int(v.num_queries), int(v.n_pool), family, seed=int(config.seed) + 1000 * i
+            int(v.num_queries),
+            int(v.n_pool),
+            family,
+            seed=int(config.seed) + 1000 * i,
+            **simulate.REGIMES[regime],
         )
         oracle = oracles(bench, k)
-        results["cells"][family], results["raw"][family] = {}, {}
+        cell = f"{regime}/{family}"
+        results["cells"][cell], results["raw"][cell] = {}, {}
         for j, f in enumerate(v.fractions):
-            draws = [
-                one_draw(bench, float(f), int(config.seed) + 10_000 * (j + 1) + r, config, names)
-                for r in range(int(v.draws))
+            seeds = [int(config.seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
+            first = one_draw(bench, float(f), seeds[0], config, names)
+            nested = first.pop("nested")
+            draws = [first] + [
+                one_draw(bench, float(f), s, config, names, nested) for s in seeds[1:]
             ]
-            results["raw"][family][str(f)] = draws
-            results["cells"][family][str(f)] = summarize(draws, names, oracle)
-            logging.info("%s f=%s done at %.0f s", family, f, time.time() - t0)
-        # One calibration scatter per family, at the largest fraction.
+            results["raw"][cell][str(f)] = draws
+            results["cells"][cell][str(f)] = summarize(draws, names, oracle)
+            logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
+        # One calibration scatter per benchmark, at the largest fraction.
         d = simulate.draw(bench, float(v.fractions[-1]), int(config.evt.top_m), int(config.seed))
         h = estimators.get(config.estimator)(d.scores, config)
         sel = h.tail_priced & (bench.x > 0)
-        results["scatter"][family] = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
+        results["scatter"][cell] = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
 
     table = format_table(results, config.estimator)
     results["seconds"] = time.time() - t0

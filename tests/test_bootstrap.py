@@ -77,7 +77,7 @@ def test_core_agrees_with_the_estimator(name):
     bench = simulate.make_benchmark(Q, 10**7, seed=4)
     sc = simulate.draw(bench, 0.01, 400, seed=5).scores
     fn = estimators.get(name)
-    want = predict.per_query_ap(fn(sc, cfg), 1e7, 100, sc.fixed_counts)
+    want = predict.per_query_ap(fn(sc, cfg), 1e7, 100, sc.fixed_counts, sc)
     got, _ = bootstrap.core_predict(bootstrap.core(sc, cfg), name, _k(cfg, 100), [1e7])
     np.testing.assert_allclose(got[0], want, atol=2e-6)
 

@@ -89,8 +89,9 @@ def test_evt_hardness_follows_eq_b1(scores, results):
 
 def _posterior_mean_reference(y_exc, y_pos, s):
     """numpy/scipy transcription of the averaged tail, scales by scipy's bounded optimiser."""
-    xis, w = np.linspace(-1, 0, hardness.XI_GRID_SIZE), np.ones(hardness.XI_GRID_SIZE)
+    xis, w = np.linspace(-0.5, 0, hardness.XI_GRID_SIZE), np.ones(hardness.XI_GRID_SIZE)
     w[[0, -1]] = 0.5
+    w = w * np.sqrt(np.maximum(1 + 2 * xis, 0.0))  # the scale integrated out (Laplace)
     lls, sigmas = [], []
     for xi in xis:
         if xi == -1:
@@ -106,7 +107,8 @@ def _posterior_mean_reference(y_exc, y_pos, s):
         )
         sigmas.append(res.x)
         lls.append(-res.fun)
-    lw = np.log(w) + np.array(lls)
+    with np.errstate(divide="ignore"):
+        lw = np.log(w) + np.array(lls)
     wts = np.exp(lw - lw.max())
     wts /= wts.sum()
     sf = np.array(

@@ -135,6 +135,69 @@ def test_binomial_and_poisson_expectations_match_scipy(n, x64):
     np.testing.assert_allclose(float(law.expected_ap_poisson(*args)), want_p, rtol=1e-9)
 
 
+def _poisson_ap_reference(x, mask, n, k, fixed, shift=None):
+    """scipy transcription: E[AP@k] with K_j = shift_j + Poisson(n x_j)."""
+    shift = np.zeros_like(fixed) if shift is None else shift
+    order = np.argsort(np.where(mask, fixed + shift + n * x, np.inf), kind="stable")
+    total = 0.0
+    for j, i in enumerate(order[: mask.sum()], start=1):
+        m = np.arange(k + 1)
+        r = j + fixed[i] + shift[i] + m
+        total += (j * scipy.stats.poisson.pmf(m, n * x[i]) / r * (r <= k)).sum()
+    return total / min(k, max(mask.sum(), 1))
+
+
+@pytest.mark.parametrize("k", [1, 10, 100, 1000])
+def test_expected_ap_table_matches_the_poisson_sum(k, x64):
+    # Hardness over 12 decades, zeros, fixed counts, ranks past k: the table's interpolation
+    # error stays below 2e-6 in AP.
+    rng = np.random.default_rng(k)
+    for _ in range(40):
+        x = 10.0 ** rng.uniform(-12, -1, 6) * (rng.uniform(size=6) > 0.15)
+        mask = rng.uniform(size=6) < 0.8
+        mask[0] = True
+        fixed = rng.integers(0, 4, 6) * (rng.uniform() < 0.5)
+        n = 10.0 ** rng.uniform(2, 9)
+        got = law.expected_ap(jnp.asarray(x), jnp.asarray(mask), n, k, jnp.asarray(fixed, float))
+        want = _poisson_ap_reference(x, mask, n, k, fixed)
+        np.testing.assert_allclose(float(got), want, atol=2e-6)
+
+
+def test_expected_ap_averages_hardness_atoms(x64):
+    rng = np.random.default_rng(1)
+    atoms = 10.0 ** rng.uniform(-9, -5, (5, 7))
+    mask = np.array([True, True, True, False, True])
+    w = rng.dirichlet(np.ones(7))
+    fixed = np.zeros(5)
+    got = law.expected_ap(jnp.asarray(atoms), jnp.asarray(mask), 1e8, 100, None, jnp.asarray(w))
+    want = sum(w[a] * _poisson_ap_reference(atoms[:, a], mask, 1e8, 100, fixed) for a in range(7))
+    np.testing.assert_allclose(float(got), want, atol=2e-6)
+
+
+def test_expected_map_conditions_on_the_sample(x64):
+    # A gallery that contains the sample: K_j = c_j + Poisson((N - S) x_j). At N = S it is the
+    # sample's realized AP; beyond it, the shifted Poisson sum; below S, no conditioning.
+    rng = np.random.default_rng(2)
+    q, p, s, k = 30, 4, 10**6, 100
+    x = 10.0 ** rng.uniform(-8, -4, (q, p))
+    mask = rng.uniform(size=(q, p)) < 0.8
+    mask[:, 0] = True
+    counts = np.where(mask, rng.poisson(s * x), 0)
+    args = (jnp.asarray(x), jnp.asarray(mask))
+    kw = dict(counts=jnp.asarray(counts, float), n_sample=float(s))
+    _, at_s = law.expected_map(*args, float(s), k, **kw)
+    realized = law.realized_ap_at_k(jnp.asarray(np.where(mask, counts, 0)), mask, k)
+    np.testing.assert_allclose(np.asarray(at_s), np.asarray(realized), atol=2e-6)
+    zeros = np.zeros(p)
+    for n in (3e6, 1e8):
+        _, got = law.expected_map(*args, n, k, **kw)
+        want = [_poisson_ap_reference(x[i], mask[i], n - s, k, zeros, counts[i]) for i in range(q)]
+        np.testing.assert_allclose(np.asarray(got), want, atol=2e-6)
+    _, below = law.expected_map(*args, 1e5, k, **kw)
+    want = [_poisson_ap_reference(x[i], mask[i], 1e5, k, zeros) for i in range(q)]
+    np.testing.assert_allclose(np.asarray(below), want, atol=2e-6)
+
+
 def test_expected_rank_map_is_close_to_binomial_mean_at_scale(x64):
     # The paper: at large N the expected-rank map and E[AP] differ by a few thousandths.
     rng = np.random.default_rng(0)

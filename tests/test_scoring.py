@@ -1,5 +1,7 @@
 """The scoring engine against brute-force numpy: top-M, exact counts, backends, merge, resume."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -16,10 +18,10 @@ def ternary(rng, *shape):
     return (rng.integers(-1, 2, size=shape) * 0.25).astype(np.float16)
 
 
-def make_problem(seed=0, n_pos=4):
+def make_problem(seed=0, n_pos=4, shard_rows=SHARD_ROWS, dim=D):
     rng = np.random.default_rng(seed)
-    queries = ternary(rng, Q, D)
-    shards_x = [ternary(rng, n, D) for n in SHARD_ROWS]
+    queries = ternary(rng, Q, dim)
+    shards_x = [ternary(rng, n, dim) for n in shard_rows]
     # Positive scores on the score grid, some very low (so counts go beyond the top-M), NaN pads.
     pos = rng.integers(-6, 12, size=(Q, n_pos)).astype(np.float32) / 16
     pos[1, 2:] = np.nan
@@ -92,11 +94,17 @@ def test_jax_bfloat16_and_m_larger_than_sample():
     assert np.isneginf(state.vals[:, -1]).all()
 
 
-def test_host_top_m_on_continuous_scores():
+def test_host_top_m_on_continuous_scores(monkeypatch):
     # Random float32 scores with no grid: filtering, compaction and counting across 30 blocks.
     rng = np.random.default_rng(3)
     q, m, b, n_blocks = 5, 50, 64, 30
     pos = rng.uniform(-0.2, 0.9, (q, 3)).astype(np.float32)
+    pos[0, 1] = -0.5  # most scores beat it: this row is counted by comparisons
+    compared = []
+    count_all = topk.PositiveCounter.count_all
+    monkeypatch.setattr(
+        topk.PositiveCounter, "count_all", lambda c, r, s: compared.append(r) or count_all(c, r, s)
+    )
     top = topk.HostTopM(pos, m)
     blocks = [rng.normal(0.0, 0.3, (q, b)).astype(np.float32) for _ in range(n_blocks)]
     for i, s in enumerate(blocks):
@@ -105,6 +113,7 @@ def test_host_top_m_on_continuous_scores():
     allv = np.concatenate(blocks, axis=1)
     np.testing.assert_array_equal(state.vals, -np.sort(-allv, axis=1)[:, :m])
     np.testing.assert_array_equal(state.counts, (allv[:, None, :] > pos[:, :, None]).sum(2))
+    assert compared and all(0 in rows for rows in compared)
 
 
 def test_ordered_keys_are_exact_near_zero_and_for_signed_zero():
@@ -153,12 +162,92 @@ def test_resume_after_interruption_gives_identical_state(tmp_path):
             run_engine("host", queries, pos, shards, checkpoint=ckpt)
     finally:
         scoring.HostBackend.add = original
-    _, done, _ = scoring.load_checkpoint(ckpt)
+    partial, done, _ = scoring.load_checkpoint(ckpt)
     assert done == [0, 1]
+    assert partial.floor is not None  # a speculative partial keeps its floor for the resume
     resumed, n2 = run_engine("host", queries, pos, shards, checkpoint=ckpt)
     assert n2 == n
     for a, b in zip(resumed, whole, strict=True):
         np.testing.assert_array_equal(a, b)
+    assert scoring.load_checkpoint(ckpt)[0].floor is None  # the final partial is exact
+
+
+# The pilot draws a real sample of these 4000 rows; with D = 64 the scores (multiples of 1/16 in
+# [-4, 4], still exact in any summation order) tie less, so speculation has room to work.
+BIG_SHARDS = (1500, 700, 0, 1800)
+
+
+def run_spied(monkeypatch, queries, pos, shards, **kw):
+    """Runs the host engine; returns (state, S, backend, the query rows it rescanned)."""
+    made, rescanned = [], []
+    make, subset = scoring.make_backend, scoring.HostBackend.subset
+
+    def spy_make(*args):
+        made.append(make(*args))
+        return made[-1]
+
+    def spy_subset(self, rows):
+        rescanned.append(rows)
+        return subset(self, rows)
+
+    monkeypatch.setattr(scoring, "make_backend", spy_make)
+    monkeypatch.setattr(scoring.HostBackend, "subset", spy_subset)
+    state, n = run_engine("host", queries, pos, shards, block=400, **kw)
+    return state, n, made[0], rescanned
+
+
+@pytest.mark.parametrize("order", ["as drawn", "best first"])
+def test_speculation_cuts_the_buffered_scores_and_stays_exact(monkeypatch, order):
+    monkeypatch.setattr(scoring, "PILOT_ROWS", 3000)
+    queries, pos, shards, shards_x = make_problem(seed=6, shard_rows=BIG_SHARDS, dim=64)
+    if order == "best first":  # each shard sorted by its mean score: the pilot is drawn anyway
+        shards_x = [x[np.argsort(-(queries @ x.T).mean(0), kind="stable")] for x in shards_x]
+        shards = [
+            dataclasses.replace(s, read_rows=lambda r, x=x: x[r])
+            for s, x in zip(shards, shards_x, strict=True)
+        ]
+    state, n, backend, rescanned = run_spied(monkeypatch, queries, pos, shards)
+    top_v, top_i, counts, s = brute_force(queries, pos, shards_x, M)
+    assert n == s
+    np.testing.assert_array_equal(state.vals, top_v)
+    np.testing.assert_array_equal(state.ids, top_i)
+    np.testing.assert_array_equal(state.counts, counts)
+    assert state.floor is None and not rescanned
+    # The speculative path was taken: every query had a floor and no score below it was
+    # buffered; in random order, far fewer than a search without a floor buffers.
+    floor = backend.tops[0].floor
+    assert np.isfinite(floor).all()
+    scores = queries.astype(np.float32) @ np.concatenate(shards_x).astype(np.float32).T
+    buffered = lambda b: sum(top.buffered for top in b.tops)
+    assert buffered(backend) <= (scores >= floor[:, None]).sum()
+    if order == "as drawn":
+        monkeypatch.setattr(scoring.HostBackend, "speculates", False)
+        plain, _, plain_backend, _ = run_spied(monkeypatch, queries, pos, shards)
+        np.testing.assert_array_equal(plain.ids, state.ids)
+        assert buffered(backend) < 0.7 * buffered(plain_backend)
+
+
+def test_a_floor_guessed_too_high_is_rescanned(monkeypatch):
+    queries, pos, shards, shards_x = make_problem(seed=7, shard_rows=BIG_SHARDS, dim=64)
+    top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
+    # Even queries: their 3rd best score, far above their M-th; odd queries: no floor.
+    floor = np.where(np.arange(Q) % 2 == 0, top_v[:, 2], -np.inf).astype(np.float32)
+    monkeypatch.setattr(scoring, "_pilot_floor", lambda *a: floor)
+    state, _, _, rescanned = run_spied(monkeypatch, queries, pos, shards)
+    np.testing.assert_array_equal(state.vals, top_v)
+    np.testing.assert_array_equal(state.ids, top_i)
+    np.testing.assert_array_equal(state.counts, counts)
+    assert len(rescanned) == 1
+    np.testing.assert_array_equal(rescanned[0], np.flatnonzero(top_v[:, -1] < floor))
+    assert rescanned[0].size > 0
+
+
+def test_exact_rows_keeps_ties_at_the_floor():
+    vals = np.asarray([[3.0, 2.0, 2.0], [3.0, 2.0, 1.0], [3.0, 2.0, -np.inf]], np.float32)
+    state = topk.TopState(vals, np.zeros(vals.shape, np.int64), np.zeros((3, 1), np.int64))
+    assert topk.exact_rows(state).all()
+    floored = state._replace(floor=np.full(3, 2.0, np.float32))
+    np.testing.assert_array_equal(topk.exact_rows(floored), [True, False, False])
 
 
 def test_checkpoint_of_another_search_is_refused(tmp_path):

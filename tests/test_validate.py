@@ -43,7 +43,7 @@ def test_validate_job_tiny(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads((tmp_path / "validation.json").read_text())
-    cell = res["cells"]["kumaraswamy"]["0.05"]
+    cell = res["cells"]["paper/kumaraswamy"]["0.05"]
     for row in ("count", "homogeneous", "evaluate-at-S", "power_law", "log_uniform"):
         assert {"bias", "mae"} <= set(cell[row]) and cell[row]["mae"] >= abs(cell[row]["bias"])
     assert 0.0 <= cell["_coverage"]["ci90"] <= 1.0
