@@ -30,7 +30,9 @@ def data(q, d, n, seed=0, base=65536):
     """Unit-norm float16 queries [Q, D] and distractors [N, D] from 64 clusters.
 
     Beyond `base` rows the distractors repeat with their dimensions permuted (a fresh
-    permutation per repeat), which keeps the score distribution and makes N cheap to generate.
+    permutation per repeat), which makes N cheap to generate. The copies score lower against
+    the queries than the first `base` rows (the cluster directions are scrambled), so the stream
+    is not in random score order: a threshold guessed from the first block would be too high.
     """
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((64, d)).astype(np.float32)
