@@ -79,10 +79,7 @@ def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0)
     r = j + d
     r_safe = jnp.where(valid, r, 1.0)
     w = _truncate(r_safe, k, truncation, tau)
-    contrib = jnp.where(valid, w * j / r_safe, 0.0)
-    n_pos = jnp.sum(valid).astype(x.dtype)
-    denom = jnp.maximum(jnp.minimum(k, n_pos), 1.0)
-    return jnp.sum(contrib) / denom
+    return _mean_precision(jnp.where(valid, w * j / r_safe, 0.0), valid, k)
 
 
 def map_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0):
@@ -107,17 +104,25 @@ def _expected_ap_under(log_pmf_fn, x, mask, n, k, fixed):
     j contributes j E[1{j + F_j + K_j <= k} / (j + F_j + K_j)]. The j-th positive is the j-th
     smallest in hardness (and fixed count), as in `ap_at_k`.
     """
-    fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    key = jnp.where(mask, fixed + n * x, jnp.inf)
-    order = jnp.argsort(key, stable=True)
-    xs, fs, valid = jnp.where(mask, x, 0.0)[order], jnp.where(mask, fixed, 0.0)[order], mask[order]
-    j = jnp.cumsum(valid).astype(x.dtype)
+    xs, fs, valid, j = _by_rank(x, mask, n, fixed)
     m = jnp.arange(int(k), dtype=x.dtype)  # k is static here: the sum runs over K = 0..k-1
     logp = jax.vmap(lambda xj: log_pmf_fn(m, xj))(xs)  # [P, k]
     r = j[:, None] + fs[:, None] + m[None, :]
     term = jnp.where(r <= k, jnp.exp(logp) * j[:, None] / r, 0.0)
-    per_pos = jnp.where(valid, jnp.sum(term, axis=1), 0.0)
-    n_pos = jnp.sum(valid).astype(x.dtype)
+    return _mean_precision(jnp.where(valid, jnp.sum(term, axis=1), 0.0), valid, k)
+
+
+def _by_rank(x, mask, n, fixed):
+    """Returns (x, F, valid, j) [P] ordered by F + n x, padding last; j the 1-based rank."""
+    fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
+    order = jnp.argsort(jnp.where(mask, fixed + n * x, jnp.inf), stable=True)
+    xs, fs, valid = jnp.where(mask, x, 0.0)[order], jnp.where(mask, fixed, 0.0)[order], mask[order]
+    return xs, fs, valid, jnp.cumsum(valid).astype(x.dtype)
+
+
+def _mean_precision(per_pos, valid, k):
+    """Returns sum_j per_pos_j / min(k, n_pos): AP@k from each positive's precision term."""
+    n_pos = jnp.sum(valid).astype(per_pos.dtype)
     return jnp.sum(per_pos) / jnp.maximum(jnp.minimum(k, n_pos), 1.0)
 
 
@@ -253,14 +258,9 @@ def expected_ap(x, mask, n, k: int, fixed=None, weights=None):
 
 
 def _expected_ap_table(x, mask, n, k, fixed):
-    fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    key = jnp.where(mask, fixed + n * x, jnp.inf)
-    order = jnp.argsort(key, stable=True)
-    xs, fs, valid = jnp.where(mask, x, 0.0)[order], jnp.where(mask, fixed, 0.0)[order], mask[order]
-    j = jnp.cumsum(valid).astype(x.dtype)
+    xs, fs, valid, j = _by_rank(x, mask, n, fixed)
     per_pos = jnp.where(valid, j * _inverse_rank(j + fs, n * xs, int(k)), 0.0)
-    n_pos = jnp.sum(valid).astype(x.dtype)
-    return jnp.sum(per_pos) / jnp.maximum(jnp.minimum(k, n_pos), 1.0)
+    return _mean_precision(per_pos, valid, k)
 
 
 def expected_map(x, mask, n, k: int, fixed=None, weights=None, counts=None, n_sample=None):
