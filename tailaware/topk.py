@@ -384,7 +384,9 @@ def _sorted_rows(vals: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
     r, w = vals.shape
     # Sorting int64 keys (the score's bits in descending order, then the column) takes half
     # the time of np.argsort, which sorts indirectly. Ties come out by column (fixed below);
-    # NaN, never the score of finite descriptors, would come first.
+    # NaN, never the score of finite descriptors, would come first. (`ordered_keys` maps floats
+    # to ordered integers too, with -0.0 and NaN handled, but in uint64 through two np.where
+    # passes: twice the time of this whole sort at [1200, 4000].)
     vals = np.asarray(vals, np.float32)
     bits = vals.view(np.int32)
     ascending = bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))  # the floats' order as int32
