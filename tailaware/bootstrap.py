@@ -43,11 +43,22 @@ def percentile_interval(samples: np.ndarray, level: float, axis: int = 0) -> np.
     return np.quantile(samples, [a, 1.0 - a], axis=axis)
 
 
-@functools.partial(jax.jit, static_argnames=("num_replicates",))
-def _query_means(key, aps, num_replicates):
-    q = aps.shape[-1]
-    idx = jax.random.randint(key, (num_replicates, q), 0, q)
-    return jnp.mean(aps[..., idx], axis=-1)  # [..., B]
+@jax.jit
+def _query_means(weights, aps):
+    return jnp.tensordot(aps, weights, axes=([-1], [1]))  # [..., B]
+
+
+def resample_weights(num_queries: int, num_replicates: int, seed: int = 0) -> np.ndarray:
+    """Returns [B, Q] float32 bootstrap weights: how often each query is drawn, divided by Q.
+
+    The draws are numpy's (seeded, a few milliseconds); a replicate's mean is then one row of a
+    matrix product, so all B replicates are one small jitted contraction that compiles in
+    milliseconds (drawing the indices with `jax.random` cost ~0.8 s of compilation).
+    """
+    q, b = int(num_queries), int(num_replicates)
+    idx = np.random.default_rng(seed).integers(0, q, (b, q))
+    counts = np.bincount((idx + q * np.arange(b)[:, None]).ravel(), minlength=b * q)
+    return (counts.reshape(b, q) / q).astype(np.float32)
 
 
 def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarray:
@@ -57,13 +68,14 @@ def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarra
       aps: [Q] or [G, Q] per-query AP (one row per gallery size; all rows share the resampled
         query sets, so a band over sizes is coherent).
       num_replicates: B.
-      seed: PRNG seed.
+      seed: seed of the resampling.
 
     Returns:
       [B] or [G, B] float64 replicates of mAP.
     """
     aps = jnp.asarray(aps, jnp.float32)
-    out = _query_means(jax.random.key(seed), aps, num_replicates)
+    weights = resample_weights(aps.shape[-1], num_replicates, seed)
+    out = _query_means(jnp.asarray(weights), aps)
     return np.asarray(jax.device_get(out), np.float64)
 
 
@@ -155,6 +167,12 @@ def resample_width(config, m: int) -> int:
     return int(min(m, k + 1 + int(np.ceil(8.0 * np.sqrt(k + 1))) + 16))
 
 
+def _kept(scores: SampledScores, top_m: int) -> int:
+    """Returns m, the real (finite) kept scores per query: a file may store more columns than S
+    (-inf padded; every row holds min(S, stored) real scores)."""
+    return min(scores.tail_scores.shape[1], int(scores.n_sample), top_m)
+
+
 def core(scores: SampledScores, config, reference: SampledScores | None = None) -> Core:
     """Returns the fixed-shape inputs of `scores` for `hardness_fn`.
 
@@ -166,11 +184,11 @@ def core(scores: SampledScores, config, reference: SampledScores | None = None) 
     """
     ref = scores if reference is None else reference
     top_m = int(config.evt.top_m)
-    m_ref = min(ref.tail_scores.shape[1], top_m)
+    m_ref = _kept(ref, top_m)
     width = resample_width(config, m_ref)
     k_ref = max(_n_excess(config, m_ref), 1)
     tq = 1.0 - k_ref / width
-    m_s = min(scores.tail_scores.shape[1], top_m)
+    m_s = _kept(scores, top_m)
     keep = min(int(round(_n_excess(config, m_s) * width / k_ref)), m_s, width)
     tail = np.full((scores.num_queries, width), -np.inf, np.float32)
     tail[:, :keep] = scores.tail_scores[:, :keep]
@@ -187,9 +205,10 @@ def core(scores: SampledScores, config, reference: SampledScores | None = None) 
 
 
 @functools.partial(jax.jit, static_argnames=("k", "fn", "threshold_quantile"))
-def _point(tail, pos, counts, mask, fixed, s, sizes, k, fn, threshold_quantile):
+def _point(tail, pos, counts, mask, fixed, s, sizes, table, k, fn, threshold_quantile):
     atoms, w = fn(tail, pos, counts, mask, s, threshold_quantile)
-    aps = jax.vmap(lambda n: law.expected_map(atoms, mask, n, k, fixed, w, counts, s)[1])(sizes)
+    one = lambda n: law.expected_map(atoms, mask, n, k, fixed, w, counts, s, table)[1]
+    aps = jax.vmap(one)(sizes)
     return aps, jnp.sum(atoms * w[:, None, :], axis=2)
 
 
@@ -203,7 +222,8 @@ def core_predict(c: Core, estimator: str, config, sizes) -> tuple[np.ndarray, np
     if fn is None:
         return None
     sizes = jnp.asarray(np.asarray(sizes, np.float64), jnp.float32)
-    aps, x = _point(*c[:6], sizes, k=int(config.k), fn=fn, threshold_quantile=c[6])
+    k = int(config.k)
+    aps, x = _point(*c[:6], sizes, law.rank_table(k), k=k, fn=fn, threshold_quantile=c[6])
     aps, x = jax.device_get((aps, x))
     return np.asarray(aps, np.float64), np.asarray(x, np.float64)
 
@@ -301,6 +321,7 @@ def _nested(
     fixed,
     s,
     sizes,
+    table,
     k,
     fn,
     num_replicates,
@@ -313,7 +334,8 @@ def _nested(
         k_q, k_d = jax.random.split(key)
         t, c = resample(k_d, tail, pos, counts, mask)
         atoms, w = fn(t, pos, c, mask, s, threshold_quantile)
-        aps = jax.vmap(lambda n: law.expected_map(atoms, mask, n, k, fixed, w, c, s)[1])(sizes)
+        one_size = lambda n: law.expected_map(atoms, mask, n, k, fixed, w, c, s, table)[1]
+        aps = jax.vmap(one_size)(sizes)
         idx = jax.random.randint(k_q, (q,), 0, q)
         return jnp.mean(aps, axis=1), jnp.mean(aps[:, idx], axis=1)
 
@@ -357,6 +379,7 @@ def nested_bootstrap(
         jax.random.key(seed),
         *c[:6],
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
+        law.rank_table(int(config.k)),
         k=int(config.k),
         fn=fn,
         num_replicates=int(num_replicates),

@@ -120,7 +120,14 @@ def verdict(sizes, predictions, noise: float) -> dict:
         )
         return out
     ratio = moves[-1] / moves[-2] if moves.size >= 2 and moves[-2] != 0 else np.nan
-    if np.isfinite(ratio) and 0.0 < ratio < 0.9:
+    if not noise > 0:
+        out["message"] = (
+            f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f}; with no "
+            "query noise to hold it to (the query bootstrap has no spread: one query, or all "
+            f"per-query APs equal) no sample size can be advised; sample at least "
+            f"{4 * sizes[-1]:,} distractors"
+        )
+    elif np.isfinite(ratio) and 0.0 < ratio < 0.9:
         doublings = int(np.ceil(np.log(noise / abs(last)) / np.log(ratio)))
         out["needed_sample"] = int(sizes[-1] * 2.0 ** max(doublings, 1))
         out["message"] = (

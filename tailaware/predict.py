@@ -18,8 +18,8 @@ from tailaware import scores as scores_lib
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample):
-    one = lambda n: law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample)[1]
+def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample, table):
+    one = lambda n: law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample, table)[1]
     return jax.vmap(one)(sizes)
 
 
@@ -57,6 +57,7 @@ def per_query_ap(
         w,
         counts,
         s,
+        law.rank_table(int(k)),
     )
     aps = np.asarray(jax.device_get(aps), np.float64)
     return aps if sizes.ndim else aps[0]

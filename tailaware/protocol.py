@@ -119,6 +119,14 @@ def drift_check(config, n_target: int, block_files) -> dict:
     return out
 
 
+def _unfitted_queries(hardness: estimators.Hardness) -> int:
+    """Returns how many queries a tail-aware estimator could not fit a tail for (0 otherwise)."""
+    info = hardness.info
+    if "n_exceed" not in info or "sigma" not in info:
+        return 0
+    return int(np.sum(~((info["n_exceed"] > 0) & (info["sigma"] > 0))))
+
+
 def augment(
     result: dict,
     scores: SampledScores,
@@ -161,7 +169,12 @@ def augment(
         subs = budget.nested_subsamples(scores, int(opts["budget_levels"]), int(opts["seed"]))
     except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
         subs = None
-        bud = {"converged": False, "checked": False, "message": f"BUDGET NOT CHECKED: {e}"}
+        message = (
+            f"BUDGET NOT CHECKED: the sample (S = {scores.n_sample:,}) is too small to halve "
+            f"{int(opts['budget_levels'])} times (a sub-sample leaves some query without a stored "
+            "score); treat the prediction as unverified and sample more distractors"
+        )
+        bud = {"converged": False, "checked": False, "message": message, "reason": str(e)}
         fits = {}
     if subs is not None:
         bud = budget_check(subs, config, n_target, unc["sd_query"])
@@ -171,6 +184,12 @@ def augment(
 
     mask = scores.mask
     summary = [bud["message"]] if not bud["converged"] else []
+    unfitted = _unfitted_queries(hardness)
+    if unfitted:
+        summary.append(
+            f"TAIL NOT FITTED for {unfitted} of {scores.num_queries} queries (no stored score "
+            "above the threshold: ties or too few scores); their positives are priced by counts"
+        )
     if drift.get("flag"):
         summary.append(
             f"DRIFT: block predictions differ beyond sampling noise (p = {drift['p_value']:.1e}); "

@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from configs import default
-from tailaware import bootstrap, estimators, predict, simulate
+from tailaware import bootstrap, estimators, predict, scores, simulate
 
 Q = 120
 
@@ -30,6 +30,15 @@ def test_query_bootstrap_rows_share_resamples():
     reps = bootstrap.query_bootstrap(aps, 50, 0)
     assert reps.shape == (3, 50)
     np.testing.assert_allclose(reps[2], reps[0])
+
+
+def test_query_bootstrap_is_the_mean_of_resampled_queries():
+    # Each replicate is the plain mean of a with-replacement resample of the queries (the
+    # same numpy draw, gathered and averaged directly).
+    aps = np.random.default_rng(2).uniform(size=Q)
+    reps = bootstrap.query_bootstrap(aps, 30, 7)
+    idx = np.random.default_rng(7).integers(0, Q, (30, Q))
+    np.testing.assert_allclose(reps, aps[idx].mean(axis=1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("lam", [0.3, 4.0, 20.0, 500.0])
@@ -80,6 +89,27 @@ def test_core_agrees_with_the_estimator(name):
     want = predict.per_query_ap(fn(sc, cfg), 1e7, 100, sc.fixed_counts, sc)
     got, _ = bootstrap.core_predict(bootstrap.core(sc, cfg), name, _k(cfg, 100), [1e7])
     np.testing.assert_allclose(got[0], want, atol=2e-6)
+
+
+def test_core_reads_only_the_real_scores_of_a_padded_file():
+    # A file may store more columns than S (-inf padded): the nested bootstrap's core must put
+    # the threshold where the estimator does, so both files predict the same.
+    cfg = default.get_config()
+    bench = simulate.make_benchmark(40, 10**7, seed=4)
+    sc = simulate.draw(bench, 5e-5, 4000, seed=5).scores
+    assert sc.n_sample < 4000 and sc.tail_scores.shape[1] == sc.n_sample
+    tail = np.full((sc.num_queries, 4000), -np.inf, np.float32)
+    tail[:, : sc.n_sample] = sc.tail_scores
+    padded = scores.make_scores(
+        tail, sc.pos_scores, sc.pos_counts, sc.n_sample, sc.fixed_counts, source="padded"
+    )
+    c = _k(cfg, 100)
+    want, _ = bootstrap.core_predict(bootstrap.core(sc, c), "evt_averaged", c, [1e7])
+    got, _ = bootstrap.core_predict(bootstrap.core(padded, c), "evt_averaged", c, [1e7])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    h = estimators.get("evt_averaged")(padded, c)
+    point = predict.per_query_ap(h, 1e7, 100, sc.fixed_counts, sc)
+    np.testing.assert_allclose(got[0], point, atol=2e-5)
 
 
 def _k(cfg, k):

@@ -49,6 +49,10 @@ def test_verdict():
     assert short["message"].startswith("SAMPLE TOO SMALL")
     flat = budget.verdict([1, 2, 4, 8], [0.70, 0.66, 0.62, 0.58], noise=0.005)
     assert flat["needed_sample"] is None and "at least 32" in flat["message"]
+    # One query (or equal APs): the query bootstrap has no spread; no advice, and no crash.
+    alone = budget.verdict([1, 2, 4, 8], [0.5, 0.4, 0.35, 0.33], noise=0.0)
+    assert not alone["converged"] and alone["needed_sample"] is None
+    assert "no query noise" in alone["message"] and "at least 32" in alone["message"]
 
 
 def _block_aps(blocks):

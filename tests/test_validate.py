@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import predict, protocol, simulate
+from tailaware import predict, protocol, scores, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,3 +79,26 @@ def test_protocol_augment_fields():
     assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
     assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
     json.dumps(extra)  # prediction.json must serialise
+
+
+def test_protocol_warns_about_a_query_without_a_tail_fit():
+    # One query whose stored scores are all equal (no excess over its threshold) and a sample
+    # of one query (no query noise): the protocol must say so, not crash or stay silent.
+    cfg = default.get_config()
+    cfg.k = 100
+    cfg.protocol = dict(query_replicates=50, nested_replicates=0, curve_points=3)
+    bench = simulate.make_benchmark(4, 10**6, seed=0)
+    sc = simulate.draw(bench, 0.01, 200, seed=1).scores
+    tail, counts = sc.tail_scores.copy(), sc.pos_counts.copy()
+    tail[1] = tail[1, -1]
+    above = sc.pos_scores[1] > tail[1, 0]
+    real = ~np.isnan(sc.pos_scores[1])
+    counts[1] = np.where(real, np.where(above, 0, np.maximum(counts[1], tail.shape[1])), -1)
+    tied = scores.make_scores(tail, sc.pos_scores, counts, sc.n_sample, source="tied")
+    summary = predict.predict(tied, cfg, 10**6)["diagnostics"]["summary"]
+    assert any(line.startswith("TAIL NOT FITTED for 1 of 4 queries") for line in summary)
+    one = scores.make_scores(
+        sc.tail_scores[:1], sc.pos_scores[:1], sc.pos_counts[:1], sc.n_sample, source="one"
+    )
+    result = predict.predict(one, cfg, 10**6)
+    assert np.isfinite(result["map"]) and result["diagnostics"]["budget"]["noise"] == 0.0
