@@ -2,9 +2,11 @@
 
 Command:
   python launch.py --config=configs/validate.py --workdir=workdir/validate
-Writes validation.txt (the table), validation.json and two PNGs; about 5 minutes on 2 CPU
+Writes validation.txt (the table), validation.json and two PNGs; about 2.5 minutes on 2 CPU
 cores. Add the stress regime (half of all positives priced by the tail alone, about twice the
-time) with --config.validate.regimes="('paper','stress')".
+time) with --config.validate.regimes="('paper','stress')"; other distractor-law families (e.g.
+"('normal','gpd')") with --config.validate.families (benchmarks/tail_families.py sweeps them
+all more cheaply).
 Expected result: the tables in README.md ("Validation against known truth").
 """
 

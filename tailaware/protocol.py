@@ -10,8 +10,8 @@ a count/tail diagnostic"):
   the Poisson form exp(-N x) for top-1), labelled as law predictions.
 - `baselines`: the given ones plus homogeneous and the power-law / log-uniform curve fits.
 - `diagnostics`: the sufficient-budget verdict (first line of `summary` when the sample is too
-  small), the drift test when per-block files are given, and the share of positives the tail
-  priced.
+  small), the drift test when per-block files are given, a warning when some query's tail could
+  not be fitted, and the share of positives the tail priced.
 
 Optional config fields (read with defaults, so configs/default.py needs none of them):
 `config.protocol.query_replicates` (1000), `nested_replicates` (50), `curve_points` (25),

@@ -91,6 +91,7 @@ def _posterior_mean_reference(y_exc, y_pos, s):
     """numpy/scipy transcription of the averaged tail, scales by scipy's bounded optimiser."""
     xis, w = np.linspace(-0.5, 0, hardness.XI_GRID_SIZE), np.ones(hardness.XI_GRID_SIZE)
     w[[0, -1]] = 0.5
+    w = w * np.exp(hardness.XI_TILT * xis)  # the prior's lean towards longer tails
     w = w * np.sqrt(np.maximum(1 + 2 * xis, 0.0))  # the scale integrated out (Laplace)
     lls, sigmas = [], []
     for xi in xis:
