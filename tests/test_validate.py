@@ -102,3 +102,9 @@ def test_protocol_warns_about_a_query_without_a_tail_fit():
     )
     result = predict.predict(one, cfg, 10**6)
     assert np.isfinite(result["map"]) and result["diagnostics"]["budget"]["noise"] == 0.0
+    # The tails of a 1% sample are fitted to its top 10 of 200 kept scores of S = 10,000 (rate
+    # 1e-3, at the limit) but of a 0.2% sample to the top 10 of 2,000 (5e-3): only it warns.
+    shallow = lambda r: any(line.startswith("SHALLOW TAIL") for line in r["diagnostics"]["summary"])
+    assert not shallow(result)
+    small = simulate.draw(bench, 0.002, 200, seed=2).scores
+    assert shallow(predict.predict(small, cfg, 10**6))
