@@ -54,13 +54,18 @@ def test_validate_job_tiny(tmp_path):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.slow
-def test_protocol_augment_fields():
+def _sample(num_queries, n_pool, **protocol):
+    """Returns (config at k = 100 with these protocol settings, benchmark, a 1% sample)."""
     cfg = default.get_config()
     cfg.k = 100
-    cfg.protocol = dict(query_replicates=200, nested_replicates=10, curve_points=7)
-    bench = simulate.make_benchmark(60, 10**7, seed=0)
-    sc = simulate.draw(bench, 0.01, 200, seed=1).scores
+    cfg.protocol = protocol
+    bench = simulate.make_benchmark(num_queries, n_pool, seed=0)
+    return cfg, bench, simulate.draw(bench, 0.01, 200, seed=1).scores
+
+
+@pytest.mark.slow
+def test_protocol_augment_fields():
+    cfg, _, sc = _sample(60, 10**7, query_replicates=200, nested_replicates=10, curve_points=7)
     result = predict.predict(sc, cfg, 10**7)
     extra = protocol.augment(result, sc, cfg, 10**7)
     lo, hi = extra["ci90"]
@@ -84,11 +89,7 @@ def test_protocol_augment_fields():
 def test_protocol_warns_about_a_query_without_a_tail_fit():
     # One query whose stored scores are all equal (no excess over its threshold) and a sample
     # of one query (no query noise): the protocol must say so, not crash or stay silent.
-    cfg = default.get_config()
-    cfg.k = 100
-    cfg.protocol = dict(query_replicates=50, nested_replicates=0, curve_points=3)
-    bench = simulate.make_benchmark(4, 10**6, seed=0)
-    sc = simulate.draw(bench, 0.01, 200, seed=1).scores
+    cfg, bench, sc = _sample(4, 10**6, query_replicates=50, nested_replicates=0, curve_points=3)
     tail, counts = sc.tail_scores.copy(), sc.pos_counts.copy()
     tail[1] = tail[1, -1]
     above = sc.pos_scores[1] > tail[1, 0]
