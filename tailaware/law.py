@@ -189,7 +189,6 @@ def _lambda_max(k: int) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-@functools.cache
 def inverse_rank_table(k: int) -> np.ndarray:
     """Returns h [L, k] float64: h[i, a - 1] = E[1{a + K <= k} / (a + K)], K ~ Poisson(lam_i).
 
