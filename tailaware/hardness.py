@@ -291,9 +291,11 @@ def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: s
     """Returns the tail-aware `Hardness` with the tail model `method` (see `log_tail_prob`).
 
     Reads `config.evt.top_m` (M), `config.evt.threshold_quantile` (q) and `config.evt.min_count`.
-    `info` holds the keys of `diagnostics` plus, per query, share_tail_priced (positives priced
-    by the tail), share_beyond_endpoint (tail-priced positives above the plug-in endpoint) and
-    share_zero (tail-priced positives with hardness exactly 0; always 0 for method "mean").
+    `info` holds the keys of `diagnostics` plus, per query, fitted (a tail was fitted: some
+    stored score lies above the threshold; otherwise every positive keeps its count),
+    share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
+    positives above the plug-in endpoint) and share_zero (tail-priced positives with hardness
+    exactly 0; always 0 for method "mean").
     """
     cfg = config.evt
     tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
@@ -316,6 +318,7 @@ def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: s
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
     beyond = tail_priced & (np.where(mask, pos, -np.inf) > info["endpoint"][:, None])
+    info["fitted"] = fitted
     info["share_tail_priced"] = tail_priced.sum(axis=1) / n_pos
     info["share_beyond_endpoint"] = beyond.sum(axis=1) / n_pos
     info["share_zero"] = (mask & (x == 0) & tail_priced).sum(axis=1) / n_pos

@@ -123,14 +123,6 @@ def drift_check(config, n_target: int, block_files) -> dict:
     return out
 
 
-def _unfitted_queries(hardness: estimators.Hardness) -> int:
-    """Returns how many queries a tail-aware estimator could not fit a tail for (0 otherwise)."""
-    info = hardness.info
-    if "n_exceed" not in info or "sigma" not in info:
-        return 0
-    return int(np.sum(~((info["n_exceed"] > 0) & (info["sigma"] > 0))))
-
-
 def _shallow_tail(hardness: estimators.Hardness, n_sample: int, n_target: int) -> str:
     """Returns a warning when the tails are fitted too low in the sample to extrapolate far.
 
@@ -208,7 +200,7 @@ def augment(
 
     mask = scores.mask
     summary = [bud["message"]] if not bud["converged"] else []
-    unfitted = _unfitted_queries(hardness)
+    unfitted = int(np.sum(~hardness.info.get("fitted", True)))  # tail-aware estimators only
     if unfitted:
         summary.append(
             f"TAIL NOT FITTED for {unfitted} of {scores.num_queries} queries (no stored score "

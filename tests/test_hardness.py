@@ -63,7 +63,16 @@ def test_evt_hardness_follows_eq_b1(scores, results):
     assert by_count.sum() >= Q
     np.testing.assert_allclose(h.x[by_count], counts[by_count] / S)
     info = h.info
-    for key in ("xi", "sigma", "endpoint", "u", "n_exceed", "stable", "share_tail_priced"):
+    for key in (
+        "xi",
+        "sigma",
+        "endpoint",
+        "u",
+        "n_exceed",
+        "stable",
+        "fitted",
+        "share_tail_priced",
+    ):
         assert info[key].shape == (Q,), key
     # Threshold at the 51st largest of the top 1000 (q = 0.95), excesses strictly above it.
     k = round(0.05 * M)
