@@ -9,7 +9,7 @@ an untruncated Gaussian, a near-duplicate mixture), a benchmark in the paper reg
 mean error (prediction minus realized truth) of `evt_averaged`, `evt` and `count` over a few
 independent draws, and the mean absolute error of each estimator over all cells.
 
-Command (about 10 minutes on 2 cores):
+Command (about a minute on 2 cores):
   python benchmarks/tail_families.py [--queries 200] [--draws 2] [--xi_tilt 0]
 (`--xi_tilt` overrides the averaged estimator's prior lean, `hardness.XI_TILT`.)
 Prints the table, then one JSON line with every cell.

@@ -20,9 +20,13 @@ Two ways to turn the fit into P(Y > y):
   hardness: AP is far from linear in x across the decades a tail extrapolation spans, so the
   plug-in of even an unbiased x is biased. `Hardness.x` reports the posterior mean. Every xi near
   0 keeps unbounded support, so no positive is priced a hard 0. The prior on xi leans towards
-  the longer tails (`XI_TILT`). On the score-level simulator (`tailaware.simulate`, paper
-  regime, kumaraswamy laws, 5% samples) the bias of predicted mAP@1000 is +0.001 against the
-  plug-in's +0.019; README's validation tables have the full study.
+  the longer tails (`XI_TILT`). Its threshold is the paper's unless a GPD does not fit the
+  excesses there (an Anderson-Darling test, `select_threshold`): a near-duplicate cluster far
+  above the bulk of the excesses, for one, makes the fitted tail look long and over-prices every
+  positive; the threshold then moves up to keep half or a quarter of the excesses. On the
+  score-level simulator (`tailaware.simulate`, paper regime, kumaraswamy laws, 5% samples) the
+  bias of predicted mAP@1000 is +0.001 against the plug-in's +0.019; README's validation tables
+  have the full study.
 
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
 of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
@@ -31,8 +35,8 @@ Gradients: `log_tail_prob` is differentiable in the positive and tail scores. Fo
 the fitted (xi, sigma) carry implicit-function-theorem derivatives (see `gpd.fit`); for the
 averaged methods the per-xi scales are held fixed (`stop_gradient`) while the posterior weights
 are differentiated through the log-likelihood, which is the exact derivative of the profile by
-the envelope theorem. The threshold's position (which order statistic is u) and the count
-switch are discrete and carry no gradient.
+the envelope theorem. The threshold's position (which order statistic is u, and its selection)
+and the count switch are discrete and carry no gradient.
 """
 
 import functools
@@ -63,6 +67,13 @@ XI_MIN = -0.5
 # flat and 0.046 at 4. It costs the stress regime (deep extrapolations, over-priced at 4) and
 # exact GPD tails some accuracy; README, "Validation", has both sides.
 XI_TILT = 4.0
+# Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a
+# goodness-of-fit test, the threshold moves up to keep these shares of them. A^2 = 2 is about the
+# 99.5th percentile of the Anderson-Darling statistic of exact GPD samples against their grid
+# fit (n = 50-400 excesses, xi in [-1/2, 0]; `tests/test_hardness.py` checks the false-alarm rate
+# by simulation), so a GPD tail keeps its threshold.
+GOF_FACTORS = (1.0, 0.5, 0.25)
+AD_CRITICAL = 2.0
 # Threshold stability: refit with the excess count scaled by these factors.
 STABILITY_FACTORS = (0.5, 2.0)
 METHODS = ("mle", "mean")
@@ -139,6 +150,52 @@ def _tail_inputs(pos_scores, tail_scores, n_sample, threshold_quantile):
     return y, mask, log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
 
 
+def select_threshold(tail_scores, threshold_quantile=0.95):
+    """Returns the excesses over each query's selected threshold (see `posterior`).
+
+    Candidates are the thresholds that keep `GOF_FACTORS` times the q-quantile's excesses; each
+    is tested with the Anderson-Darling statistic of its excesses against the GPD fitted by
+    maximum likelihood on `gpd.fit`'s search grid (`gpd.grid_fit`, closed form). The lowest
+    candidate with A^2 <= `AD_CRITICAL` is selected; where every candidate fails, the
+    best-fitting one.
+
+    Returns:
+      (u [Q], y [Q, W], mask [Q, W], A^2 [F, Q]): as `excesses` at the selected thresholds
+      (W of the q-quantile's), and every candidate's statistic.
+    """
+    width = _width(tail_scores.shape[1], threshold_quantile, 1.0)
+    pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
+    parts = [excesses(tail_scores, threshold_quantile, f) for f in GOF_FACTORS]
+    u = jnp.stack([p[0] for p in parts])
+    y = jnp.stack([pad(p[1]) for p in parts])
+    mask = jnp.stack([pad(p[2]) for p in parts])
+    fit = jax.vmap(jax.vmap(gpd.grid_fit))
+    ad = jax.vmap(jax.vmap(gpd.anderson_darling))(y, mask, *fit(y, mask))
+    passed = ad <= AD_CRITICAL
+    choice = jnp.where(jnp.any(passed, axis=0), jnp.argmax(passed, axis=0), jnp.argmin(ad, axis=0))
+    pick = lambda a: jnp.take_along_axis(a, choice.reshape((1, -1) + (1,) * (a.ndim - 2)), 0)[0]
+    return pick(u), pick(y), pick(mask), ad
+
+
+def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
+    """`posterior`, plus the selected excess count [Q] and the A^2 statistics [F, Q]."""
+    dtype = tail_scores.dtype
+    xis, prior = xi_grid(dtype)
+    u, y, mask, ad = select_threshold(tail_scores, threshold_quantile)
+    n_u = jnp.sum(mask, axis=1).astype(dtype)
+    sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
+
+    log_width = 0.5 * jnp.log(jnp.maximum(1.0 + 2.0 * xis, jnp.finfo(dtype).tiny))
+    log_w = (jnp.log(prior) + log_width)[None, :] + ll
+    weights = jax.nn.softmax(log_w, axis=1)
+    pad = jnp.isnan(pos_scores)
+    excess = jnp.where(pad, 0.0, pos_scores) - u[:, None]
+    log_rate = _log_rate(n_u, jnp.asarray(n_sample, dtype))
+    log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
+    log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
+    return log_x, weights, n_u, ad
+
+
 def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     """Returns the tail posterior over the xi grid: log hardness atoms and their weights.
 
@@ -153,6 +210,12 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     a positive at log((n_u / S) P(Y > s - u | xi_i, sigma(xi_i))). The xi = 0 atom keeps
     unbounded support, so the mixture is never a hard 0.
 
+    The threshold is the q-quantile of the kept scores unless a GPD does not fit the excesses
+    there (Anderson-Darling A^2 above `AD_CRITICAL`, e.g. a near-duplicate cluster above a bulk):
+    then the lowest of the higher thresholds of `GOF_FACTORS` whose fit passes, or the best
+    fitting one. Every candidate keeps at least `MIN_EXCESSES` > `min_count` excesses, so the
+    positives priced by the tail are the same.
+
     Args:
       pos_scores: [Q, P] positive scores, NaN padded.
       tail_scores: [Q, M] kept sampled scores, descending, -inf padded.
@@ -162,18 +225,7 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     Returns:
       (log_x [Q, P, X], -inf at padding; weights [Q, X]).
     """
-    dtype = tail_scores.dtype
-    y, mask, log_rate, pad, excess = _tail_inputs(
-        pos_scores, tail_scores, n_sample, threshold_quantile
-    )
-    xis, prior = xi_grid(dtype)
-    sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
-    log_width = 0.5 * jnp.log(jnp.maximum(1.0 + 2.0 * xis, jnp.finfo(dtype).tiny))
-    log_w = (jnp.log(prior) + log_width)[None, :] + ll
-    weights = jax.nn.softmax(log_w, axis=1)
-    log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
-    log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
-    return log_x, weights
+    return _posterior(pos_scores, tail_scores, n_sample, threshold_quantile)[:2]
 
 
 def _log_mean(log_x, weights):
@@ -277,7 +329,8 @@ def diagnostics(tail_scores, threshold_quantile=0.95) -> dict:
 def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method):
     info = _diagnostics(tail_scores, threshold_quantile, stack_main=method == "mean")
     if method == "mean":
-        atoms, weights = posterior(pos_scores, tail_scores, n_sample, threshold_quantile)
+        atoms, weights, n_u, ad = _posterior(pos_scores, tail_scores, n_sample, threshold_quantile)
+        info = {**info, "n_exceed_selected": n_u, "ad": ad[0]}
         return _log_mean(atoms, weights), info, atoms, weights
     # The plug-in tail is the diagnostics' fit (`log_tail_prob`'s, computed once).
     _, _, log_rate, pad, excess = _tail_inputs(
@@ -295,7 +348,9 @@ def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: s
     stored score lies above the threshold; otherwise every positive keeps its count),
     share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
     positives above the plug-in endpoint) and share_zero (tail-priced positives with hardness
-    exactly 0; always 0 for method "mean").
+    exactly 0; always 0 for method "mean"). Method "mean" adds n_exceed_selected (the excesses
+    over the threshold `select_threshold` chose; n_exceed where the default passed) and ad (the
+    Anderson-Darling statistic at the default threshold).
     """
     cfg = config.evt
     tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)

@@ -329,3 +329,50 @@ def test_profile_in_xi_matches_scipy(x64):
         if -1 < xi:
             np.testing.assert_allclose(s, res.x, rtol=1e-5)
     assert _fit_one(jnp.asarray(y), jnp.ones(N, bool)).loglik >= ll.max()
+
+
+def _descending_prefix(y, width):
+    """Returns (y sorted descending then zero padded to `width`, mask) as `hardness.excesses`."""
+    out = np.zeros(width)
+    out[: y.size] = -np.sort(-y)
+    return out, np.arange(width) < y.size
+
+
+def test_anderson_darling_matches_scipy(x64):
+    rng = np.random.default_rng(3)
+    for xi, sigma, n in ((-0.3, 0.02, 150), (0.0, 1.5, 60), (-0.8, 0.1, 40), (-0.1, 0.05, 200)):
+        y = stats.genpareto.rvs(xi, scale=sigma, size=n, random_state=rng)
+        # Tested against slightly wrong parameters too: the statistic, not the fit.
+        for xi_t, sig_t in ((xi, sigma), (xi - 0.05, sigma * 1.1)):
+            ref = stats.goodness_of_fit(
+                stats.genpareto,
+                y,
+                known_params={"c": xi_t, "loc": 0.0, "scale": sig_t},
+                statistic="ad",
+                n_mc_samples=9,
+                rng=0,
+            ).statistic
+            yp, mask = _descending_prefix(y, n + 7)
+            got = gpd.anderson_darling(jnp.asarray(yp), jnp.asarray(mask), xi_t, sig_t)
+            np.testing.assert_allclose(float(got), ref, rtol=1e-9)
+    # An excess beyond the fitted endpoint: large and finite, not inf or NaN.
+    yp, mask = _descending_prefix(np.array([1.0, 0.5, 0.2]), 4)
+    big = float(gpd.anderson_darling(jnp.asarray(yp), jnp.asarray(mask), -0.5, 0.4))
+    assert np.isfinite(big) and big > 10
+
+
+def test_grid_fit_is_the_fit_to_grid_resolution(random_fits):
+    y, mask, fit = random_fits
+    ok = np.asarray(fit.sigma) > 0
+    xi, sigma = jax.device_get(jax.jit(jax.vmap(gpd.grid_fit))(jnp.asarray(y), jnp.asarray(mask)))
+    assert np.all(np.isfinite(xi)) and np.all((xi >= -1) & (xi <= 0))
+    np.testing.assert_array_equal(sigma > 0, ok)
+    with jax.enable_x64(True):
+        f64 = lambda a: jnp.asarray(a, jnp.float64)
+        ll = jax.vmap(gpd.loglik)(f64(xi), f64(sigma), f64(y), jnp.asarray(mask))
+    ll, best = np.asarray(ll)[ok], np.asarray(fit.loglik)[ok]
+    finite = np.isfinite(best)
+    # Never above the maximum; below it by at most the grid's resolution (~1% per excess).
+    n = mask.sum(1)[ok][finite]
+    gap = (best[finite] - ll[finite]) / n
+    assert gap.min() > -1e-6 and np.quantile(gap, 0.99) < 0.01, (gap.min(), gap.max())
