@@ -196,12 +196,11 @@ def test_threshold_selection_keeps_gpd_tails():
     # Exact GPD tails (threshold-stable): the default threshold passes the Anderson-Darling test
     # but for the test's false alarms (~0.5%), and the statistic is the one of its own excesses.
     rng = np.random.default_rng(5)
-    xis = rng.uniform(-0.5, 0.0, 400)
-    laws = [stats.genpareto(xi, loc=0.2, scale=0.03) for xi in xis]
-    tail = np.concatenate([_top_scores(rng, law, 1, 1_000_000, 4000) for law in laws])
-    tail = tail.astype(np.float32)
+    law = stats.genpareto(rng.uniform(-0.5, 0.0, (300, 1)), loc=0.2, scale=0.03)  # a row each
+    tail = _top_scores(rng, law, 300, 1_000_000, 4000).astype(np.float32)
     tail = -np.sort(-tail, axis=1)
-    u, y, mask, ad = jax.device_get(hardness.select_threshold(jnp.asarray(tail), 0.95))
+    select = jax.jit(hardness.select_threshold, static_argnums=1)
+    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail), 0.95))
     kept = ad[0] <= hardness.AD_CRITICAL
     print(f"default threshold kept for {kept.mean():.3f} of exact GPD tails")
     assert kept.mean() >= 0.97
@@ -215,26 +214,32 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk(monkeypatch):
     # The simulator's near-duplicate mixture at a 0.05% sample: ~50 cluster scores sit far above
     # the other 150 excesses of the default threshold, whose GPD fit (xi ~ 0, a long tail) then
     # over-prices every positive. The selected threshold fits the cluster alone.
-    from tailaware import predict, simulate
+    from tailaware import simulate
 
-    bench = simulate.make_benchmark(100, family="mixture", seed=0, **simulate.REGIMES["paper"])
-    d = simulate.draw(bench, 0.0005, 4000, seed=0)
-    truth = simulate.true_map(d.truth_counts, 1000)
-    config = default.get_config()
+    bench = simulate.make_benchmark(60, family="mixture", seed=0, **simulate.REGIMES["paper"])
+    sc = simulate.draw(bench, 0.0005, 4000, seed=0).scores
+    pos = jnp.asarray(np.where(sc.mask, sc.pos_scores, np.nan), jnp.float32)
+    tail = jnp.asarray(sc.tail_scores)
 
-    def error():
-        h = hardness.evt_averaged(d.scores, config)
-        aps = predict.per_query_ap(h, bench.n_pool, 1000, d.scores.fixed_counts, d.scores)
-        return float(aps.mean()) - truth, h.info["n_exceed_selected"]
+    def log10_x():  # a fresh function is traced anew: it reads AD_CRITICAL as it is now
+        fn = jax.jit(lambda p, t: hardness._posterior(p, t, float(sc.n_sample), 0.95))
+        atoms, weights, n_u, _ = jax.device_get(fn(pos, tail))
+        return np.asarray(hardness._log_mean(atoms, weights)) / np.log(10), n_u
 
-    selected, n_u = error()
+    selected, n_u = log10_x()
     monkeypatch.setattr(hardness, "AD_CRITICAL", np.inf)  # every default threshold passes
-    jax.clear_caches()  # the constant is read when tracing
-    fixed, n_fixed = error()
-    jax.clear_caches()
-    print(f"mAP@1000 error: selected threshold {selected:+.4f}, fixed {fixed:+.4f}")
+    fixed, n_fixed = log10_x()
+    priced = sc.mask & (sc.pos_counts < 5) & (bench.x > 0)
+    truth = np.log10(np.where(priced, bench.x, 1.0))
+    err = {k: np.median(np.abs(v - truth)[priced]) for k, v in (("sel", selected), ("fix", fixed))}
+    print(
+        f"median |log10 error| of tail-priced hardness: selected {err['sel']:.2f}, fixed "
+        f"{err['fix']:.2f}"
+    )
     assert np.all(n_fixed == 200) and np.mean(n_u < 200) > 0.5
-    assert abs(selected) < 0.05 and abs(fixed) > 0.15
+    assert err["sel"] < err["fix"] - 0.5  # half a decade closer in the median (the posterior
+    # mean, which the long-tailed atoms dominate; the prediction itself goes from -0.28 to
+    # +0.007 in benchmarks/tail_families.py)
 
 
 def test_excesses_threshold_rule():
