@@ -161,7 +161,7 @@ def select_threshold(tail_scores, threshold_quantile=0.95):
 
     Returns:
       (u [Q], y [Q, W], mask [Q, W], A^2 [F, Q]): as `excesses` at the selected thresholds
-      (W of the q-quantile's), and every candidate's statistic.
+      (W of the q-quantile's), and every candidate's statistic (inf without excesses).
     """
     width = _width(tail_scores.shape[1], threshold_quantile, 1.0)
     pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
@@ -171,6 +171,8 @@ def select_threshold(tail_scores, threshold_quantile=0.95):
     mask = jnp.stack([pad(p[2]) for p in parts])
     fit = jax.vmap(jax.vmap(gpd.grid_fit))
     ad = jax.vmap(jax.vmap(gpd.anderson_darling))(y, mask, *fit(y, mask))
+    # A candidate without excesses (ties at the top) is never selected over one with some.
+    ad = jnp.where(jnp.any(mask, axis=2), ad, jnp.inf)
     passed = ad <= AD_CRITICAL
     choice = jnp.where(jnp.any(passed, axis=0), jnp.argmax(passed, axis=0), jnp.argmin(ad, axis=0))
     pick = lambda a: jnp.take_along_axis(a, choice.reshape((1, -1) + (1,) * (a.ndim - 2)), 0)[0]
@@ -213,8 +215,8 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     The threshold is the q-quantile of the kept scores unless a GPD does not fit the excesses
     there (Anderson-Darling A^2 above `AD_CRITICAL`, e.g. a near-duplicate cluster above a bulk):
     then the lowest of the higher thresholds of `GOF_FACTORS` whose fit passes, or the best
-    fitting one. Every candidate keeps at least `MIN_EXCESSES` > `min_count` excesses, so the
-    positives priced by the tail are the same.
+    fitting one. A candidate keeps at least `MIN_EXCESSES` excesses where the sample allows, more
+    than `min_count`, so the positives priced by the tail are those of the default threshold.
 
     Args:
       pos_scores: [Q, P] positive scores, NaN padded.

@@ -210,6 +210,15 @@ def test_threshold_selection_keeps_gpd_tails():
     np.testing.assert_array_equal(mask.sum(1), (tail[:, :200] > u[:, None]).sum(1))
 
 
+def test_threshold_selection_never_picks_a_threshold_without_excesses():
+    # The top 60 scores tied: a quarter of the default excesses (50) would be no excess at all,
+    # which would price the tail at rate 0; the selection keeps a threshold below the ties.
+    tail = np.concatenate([np.full(60, 0.9), np.linspace(0.8, 0.1, 3940)]).astype(np.float32)
+    select = jax.jit(hardness.select_threshold, static_argnums=1)
+    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail[None]), 0.95))
+    assert np.isinf(ad[2, 0]) and mask.sum() >= 60 and u[0] < 0.9
+
+
 def test_threshold_selection_finds_a_cluster_above_the_bulk(monkeypatch):
     # The simulator's near-duplicate mixture at a 0.05% sample: ~50 cluster scores sit far above
     # the other 150 excesses of the default threshold, whose GPD fit (xi ~ 0, a long tail) then
