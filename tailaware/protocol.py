@@ -11,8 +11,9 @@ a count/tail diagnostic"):
 - `baselines`: the given ones plus homogeneous and the power-law / log-uniform curve fits.
 - `diagnostics`: the sufficient-budget verdict (first line of `summary` when the sample is too
   small), the drift test when per-block files are given, warnings when some query's tail could
-  not be fitted or the tails are fitted too low in the sample (SHALLOW TAIL), and the share of
-  positives the tail priced.
+  not be fitted or the tails are fitted too low in the sample (SHALLOW TAIL), a note when some
+  query's tail threshold was raised (THRESHOLD RAISED, `share_threshold_raised`), and the share
+  of positives the tail priced.
 
 Optional config fields (read with defaults, so configs/default.py needs none of them):
 `config.protocol.query_replicates` (1000), `nested_replicates` (50), `curve_points` (25),
@@ -143,6 +144,26 @@ def _shallow_tail(hardness: estimators.Hardness, n_sample: int, n_target: int) -
     )
 
 
+def _raised_thresholds(hardness: estimators.Hardness) -> tuple[float, str]:
+    """Returns the share of queries whose tail threshold was raised, and a note when any was.
+
+    `evt_averaged` raises a query's threshold where its excesses over the default one fail a
+    goodness-of-fit test for the GPD (`hardness.select_threshold`), e.g. a near-duplicate
+    cluster far above the rest of the excesses.
+    """
+    info = hardness.info
+    if "n_exceed_selected" not in info:
+        return 0.0, ""
+    raised = np.asarray(info["n_exceed_selected"]) < np.asarray(info["n_exceed"])
+    if not raised.any():
+        return 0.0, ""
+    return float(raised.mean()), (
+        f"THRESHOLD RAISED for {int(raised.sum())} of {raised.size} queries: their excesses over "
+        "the default threshold are not GPD-shaped (e.g. a near-duplicate cluster above the rest); "
+        "their tails are fitted to the top half or quarter"
+    )
+
+
 def augment(
     result: dict,
     scores: SampledScores,
@@ -209,6 +230,9 @@ def augment(
     shallow = _shallow_tail(hardness, scores.n_sample, n_target)
     if shallow:
         summary.append(shallow)
+    raised, note = _raised_thresholds(hardness)
+    if note:
+        summary.append(note)
     if drift.get("flag"):
         summary.append(
             f"DRIFT: block predictions differ beyond sampling noise (p = {drift['p_value']:.1e}); "
@@ -234,6 +258,7 @@ def augment(
             "budget": bud,
             "drift": drift,
             "share_tail_priced": float(hardness.tail_priced[mask].mean()),
+            "share_threshold_raised": raised,
         },
     }
 

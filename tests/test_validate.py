@@ -76,7 +76,9 @@ def test_protocol_augment_fields():
     assert (np.diff(curve["map"]) <= 1e-9).all()  # never increases with N
     assert all(a <= m <= b for (a, b), m in zip(curve["ci90"], curve["map"], strict=True))
     diag = extra["diagnostics"]
-    assert {"budget", "drift", "share_tail_priced", "summary"} <= set(diag)
+    assert {"budget", "drift", "share_tail_priced", "share_threshold_raised", "summary"} <= set(
+        diag
+    )
     assert diag["drift"]["checked"] is False and len(diag["budget"]["sizes"]) == 4
     assert {"at_sample", "count", "homogeneous", "power_law", "log_uniform"} <= set(
         extra["baselines"]
@@ -84,6 +86,19 @@ def test_protocol_augment_fields():
     assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
     assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
     json.dumps(extra)  # prediction.json must serialise
+
+
+def test_protocol_notes_raised_thresholds():
+    from tailaware import estimators
+
+    mask = np.ones((3, 2), bool)
+    info = {"n_exceed": np.array([200, 200, 200]), "n_exceed_selected": np.array([200, 100, 50])}
+    h = estimators.Hardness(np.full((3, 2), 1e-6), mask, mask, info)
+    share, note = protocol._raised_thresholds(h)
+    assert share == pytest.approx(2 / 3) and note.startswith("THRESHOLD RAISED for 2 of 3 queries")
+    assert protocol._raised_thresholds(h._replace(info={"n_exceed": info["n_exceed"]})) == (0.0, "")
+    same = {**info, "n_exceed_selected": info["n_exceed"]}
+    assert protocol._raised_thresholds(h._replace(info=same)) == (0.0, "")
 
 
 def test_protocol_warns_about_a_query_without_a_tail_fit():
