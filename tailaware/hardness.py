@@ -140,14 +140,18 @@ def xi_grid(dtype=jnp.float32):
     return xis, w / jnp.sum(w)
 
 
+def _pricing_inputs(pos_scores, u, mask, n_sample):
+    """Returns log(n_u / S) [Q], padding [Q, P] and s - u [Q, P] for excesses `mask` over u."""
+    dtype = u.dtype
+    log_rate = _log_rate(jnp.sum(mask, axis=1).astype(dtype), jnp.asarray(n_sample, dtype))
+    pad = jnp.isnan(pos_scores)
+    return log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
+
+
 def _tail_inputs(pos_scores, tail_scores, n_sample, threshold_quantile):
     """Returns the excesses y, mask [Q, W], log(n_u / S) [Q], padding [Q, P], s - u [Q, P]."""
-    dtype = tail_scores.dtype
     u, y, mask = excesses(tail_scores, threshold_quantile)
-    n_u = jnp.sum(mask, axis=1).astype(dtype)
-    log_rate = _log_rate(n_u, jnp.asarray(n_sample, dtype))
-    pad = jnp.isnan(pos_scores)
-    return y, mask, log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
+    return y, mask, *_pricing_inputs(pos_scores, u, mask, n_sample)
 
 
 def select_threshold(tail_scores, threshold_quantile=0.95):
@@ -184,18 +188,14 @@ def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     dtype = tail_scores.dtype
     xis, prior = xi_grid(dtype)
     u, y, mask, ad = select_threshold(tail_scores, threshold_quantile)
-    n_u = jnp.sum(mask, axis=1).astype(dtype)
+    log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
-
     log_width = 0.5 * jnp.log(jnp.maximum(1.0 + 2.0 * xis, jnp.finfo(dtype).tiny))
     log_w = (jnp.log(prior) + log_width)[None, :] + ll
     weights = jax.nn.softmax(log_w, axis=1)
-    pad = jnp.isnan(pos_scores)
-    excess = jnp.where(pad, 0.0, pos_scores) - u[:, None]
-    log_rate = _log_rate(n_u, jnp.asarray(n_sample, dtype))
     log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
-    return log_x, weights, n_u, ad
+    return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad
 
 
 def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
