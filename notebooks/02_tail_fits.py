@@ -197,7 +197,7 @@ mix = simulate.make_benchmark(40, family="mixture", seed=0, **simulate.REGIMES["
 draw = simulate.draw(mix, 0.0005, 4000, seed=0)
 tail = draw.scores.tail_scores
 select = jax.jit(hardness.select_threshold, static_argnums=1)
-u_sel, y_sel, m_sel, ad = (np.asarray(a) for a in select(jnp.asarray(tail), 0.95))
+_, _, m_sel, ad = (np.asarray(a) for a in select(jnp.asarray(tail), 0.95))
 kept = m_sel.sum(axis=1)
 failed = (ad[0] > hardness.AD_CRITICAL).mean()
 print(f"default threshold fails the test for {failed:.0%} of queries")
