@@ -480,3 +480,27 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
     sigma = jnp.where(ok, sigma, 0.0)
     ll = jnp.where(ok, ll, 0.0)
     return sigma, ll
+
+
+def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.Array):
+    """Returns the observed information of the log-likelihood in log sigma at each (xi, sigma).
+
+    J = -d^2 loglik / d(log sigma)^2 = (1 + xi) sum_i r_i / (1 + xi r_i)^2, r_i = y_i / sigma:
+    the curvature Laplace's method integrates the scale out with (`hardness.posterior`). Unlike
+    the expected information n / (1 + 2 xi) it is finite and positive at an interior profile
+    optimum for every xi in (-1, 0], the non-regular range -1 < xi <= -1/2 included. At xi = 0 it
+    is sum(y) / sigma, n at the exponential MLE.
+
+    Args:
+      y: [n] excesses; mask: [n] bool; xis: [X] shapes in (-1, 0]; sigma: [X] scales (> 0
+        where there are excesses; 0 gives J = 0).
+
+    Returns:
+      [X] J (0 without excesses or where an excess lies at or beyond the endpoint).
+    """
+    ok = sigma > 0
+    r = y[None, :] / jnp.where(ok, sigma, 1.0)[:, None]
+    den = 1.0 + xis[:, None] * r
+    use = mask[None, :] & ok[:, None] & (den > 0)
+    den = jnp.where(use, den, 1.0)
+    return (1.0 + xis) * jnp.sum(jnp.where(use, r / (den * den), 0.0), axis=1)
