@@ -365,7 +365,7 @@ def nested_bootstrap(
       num_replicates: B.
       seed: PRNG seed.
       batch_size: replicates vmapped together (memory ~ batch_size * G * Q * P * atoms floats:
-        8 keeps 1,200 queries, 26 sizes and 21 atoms near 3 GB).
+        8 keeps 1,200 queries, 26 sizes and 20 atoms near 3 GB).
 
     Returns:
       {"distractor": [G, B] mAP over all queries (distractor and fit noise only),

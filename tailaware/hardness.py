@@ -14,7 +14,7 @@ Two ways to turn the fit into P(Y > y):
   u + sigma / -xi the tail probability is exactly 0, which in the paper happens for 20-30% of
   fits and makes a positive "immune" at every gallery size.
 * `evt_averaged` (the default) keeps the whole posterior over the tail instead of one fit:
-  weights over a grid of xi in [-1/2, 0] from the likelihood with the scale integrated out
+  weights over a grid of xi in [-0.95, 0] from the likelihood with the scale integrated out
   (`posterior`), one hardness atom per xi. The law's prediction averages E[AP] over the atoms
   (`law.expected_map`), the posterior predictive of the metric, rather than plugging in one
   hardness: AP is far from linear in x across the decades a tail extrapolation spans, so the
@@ -25,7 +25,7 @@ Two ways to turn the fit into P(Y > y):
   above the bulk of the excesses, for one, makes the fitted tail look long and over-prices every
   positive; the threshold then moves up to keep half or a quarter of the excesses. On the
   score-level simulator (`tailaware.simulate`, paper regime, kumaraswamy laws, 5% samples) the
-  bias of predicted mAP@1000 is +0.001 against the plug-in's +0.019; README's validation tables
+  bias of predicted mAP@1000 is +0.003 against the plug-in's +0.019; README's validation tables
   have the full study.
 
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
@@ -52,20 +52,27 @@ from tailaware.scores import SampledScores
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
 # small, would otherwise fit two or three points).
 MIN_EXCESSES = 10
-# Grid over xi in [XI_MIN, 0] for the averaged estimator (see `posterior`).
-XI_GRID_SIZE = 21
-XI_MIN = -0.5
-# Prior over xi on the grid: proportional to exp(XI_TILT * xi), a mild lean towards the longer
-# tails (density ratio e^2 ~ 7 between xi = 0 and xi = -1/2). Fitted at practical thresholds, the
+# Grid over xi in [XI_MIN, 0] for the averaged estimator (see `posterior`): nearly the whole range
+# where the GPD likelihood is bounded (xi > -1), short tails such as a uniform-like edge included.
+# A grid stopping at the regular range's -1/2 reads every shorter tail as -1/2 and over-prices its
+# positives by decades when the top M reach deep into a small sample: on the simulator (README,
+# "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact GPD and beta tails at
+# a GLDv2-sized pool (N = 759k, 5% sample) read -0.13 / -0.15 with it, -0.03 / -0.02 without.
+# The price: each atom prices at its profiled scale, whose endpoint sits near the sample maximum
+# for xi < -1/2, so deep positives of truly short tails come out under-priced at N = 1e8 from
+# 0.05-1% samples (+0.03..+0.12 there; README has the cells).
+XI_GRID_SIZE = 20
+XI_MIN = -0.95
+# Prior over xi on the grid: proportional to exp(XI_TILT * xi), a lean towards the longer tails
+# (density ratio e^2 ~ 7 between xi = 0 and xi = -1/2). Fitted at practical thresholds, the
 # shape of a bounded score law reads more negative than the tail it extrapolates into (the
 # penultimate effect, REFERENCE.md; a Gaussian's local xi is ~ -1/z^2 at z standard deviations,
 # its limit 0), and the GPD's small-sample MLE of xi is biased low too; both bias the tail short
-# and the prediction high. Chosen on seven simulated tail families (kumaraswamy, truncnorm, exact
-# GPD with xi in [-0.3, -0.05] and in [-0.8, -0.55], beta, normal, a near-duplicate mixture) at
-# 0.05% / 1% / 5% samples: mean |bias| of mAP@1000 over the 21 cells 0.052 flat, 0.044 at tilt 4,
-# 0.044 at 8 (which over-corrects the exact GPD tails); `benchmarks/tail_families.py` reads 0.051
-# flat and 0.046 at 4. It costs the stress regime (deep extrapolations, over-priced at 4) and
-# exact GPD tails some accuracy; README, "Validation", has both sides.
+# and the prediction high. Chosen on the six simulated tail families at gallery sizes 7.6e5-1e9
+# and samples of 0.05-50% (the sizes grid, 78 cells; mean |error| of mAP@1000 against the
+# oracle that knows the true hardness, on a 39-point grid): 0.046 flat, 0.043 at tilt 2, 0.041
+# at 4 and at 6, 0.042 at 8. It costs deep extrapolations some accuracy (the stress regime,
+# over-priced); README, "Validation", has both sides.
 XI_TILT = 4.0
 # Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a
 # goodness-of-fit test, the threshold moves up to keep these shares of them. A^2 = 2 is about the
@@ -190,8 +197,9 @@ def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     u, y, mask, ad = select_threshold(tail_scores, threshold_quantile)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
-    log_width = 0.5 * jnp.log(jnp.maximum(1.0 + 2.0 * xis, jnp.finfo(dtype).tiny))
-    log_w = (jnp.log(prior) + log_width)[None, :] + ll
+    info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
+    log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
+    log_w = jnp.log(prior)[None, :] + log_width + ll
     weights = jax.nn.softmax(log_w, axis=1)
     log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
@@ -202,15 +210,15 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     """Returns the tail posterior over the xi grid: log hardness atoms and their weights.
 
     Per query, the weights are the marginal likelihood of xi with the scale integrated out
-    (prior 1 / sigma) by Laplace's method, prior(xi) L_p(xi) sqrt(1 + 2 xi), with prior(xi)
-    proportional to exp(XI_TILT xi) (see `XI_TILT`): the profile
-    likelihood L_p(xi) at the profiled scale sigma(xi), times the width of the likelihood in
-    log sigma, whose expected information is n / (1 + 2 xi) (Smith 1985). The profile alone
-    favours short tails (it ignores that sigma is fitted); integrating the scale out removes
-    that bias. The information is finite only for xi > -1/2, the regular range of the GPD
-    likelihood, which bounds the grid (`XI_MIN`; the xi = -1/2 atom has weight 0). Atom i prices
-    a positive at log((n_u / S) P(Y > s - u | xi_i, sigma(xi_i))). The xi = 0 atom keeps
-    unbounded support, so the mixture is never a hard 0.
+    (prior 1 / sigma) by Laplace's method, prior(xi) L_p(xi) / sqrt(J(xi)), with prior(xi)
+    proportional to exp(XI_TILT xi) (see `XI_TILT`): the profile likelihood L_p(xi) at the
+    profiled scale sigma(xi), times the width of the likelihood in log sigma, J its observed
+    information there (`gpd.scale_information`). The profile alone favours short tails (it ignores
+    that sigma is fitted); integrating the scale out removes that bias. The observed information
+    is finite at the interior optimum for every xi > -1, so the grid spans the non-regular range
+    -1 < xi <= -1/2 too (`XI_MIN`), where the expected information n / (1 + 2 xi) does not exist.
+    Atom i prices a positive at log((n_u / S) P(Y > s - u | xi_i, sigma(xi_i))). The xi = 0 atom
+    keeps unbounded support, so the mixture is never a hard 0.
 
     The threshold is the q-quantile of the kept scores unless a GPD does not fit the excesses
     there (Anderson-Darling A^2 above `AD_CRITICAL`, e.g. a near-duplicate cluster above a bulk):

@@ -98,16 +98,12 @@ def test_evt_hardness_follows_eq_b1(scores, results):
 
 def _posterior_mean_reference(y_exc, y_pos, s):
     """numpy/scipy transcription of the averaged tail, scales by scipy's bounded optimiser."""
-    xis, w = np.linspace(-0.5, 0, hardness.XI_GRID_SIZE), np.ones(hardness.XI_GRID_SIZE)
+    xis = np.linspace(hardness.XI_MIN, 0, hardness.XI_GRID_SIZE)
+    w = np.ones(hardness.XI_GRID_SIZE)
     w[[0, -1]] = 0.5
     w = w * np.exp(hardness.XI_TILT * xis)  # the prior's lean towards longer tails
-    w = w * np.sqrt(np.maximum(1 + 2 * xis, 0.0))  # the scale integrated out (Laplace)
     lls, sigmas = [], []
     for xi in xis:
-        if xi == -1:
-            sigmas.append(y_exc.max())
-            lls.append(-len(y_exc) * np.log(y_exc.max()))
-            continue
         lo = max(-xi * y_exc.max(), 1e-9) * (1 + 1e-12)
         res = optimize.minimize_scalar(
             lambda sg, xi=xi: -stats.genpareto.logpdf(y_exc, xi, scale=sg).sum(),
@@ -116,7 +112,13 @@ def _posterior_mean_reference(y_exc, y_pos, s):
             options={"xatol": 1e-14},
         )
         sigmas.append(res.x)
-        lls.append(-res.fun)
+        # The scale integrated out (Laplace): 1 / sqrt of the curvature in log sigma, by finite
+        # differences of scipy's log-likelihood, steps well inside the distance to the edge.
+        f = lambda ls, xi=xi: stats.genpareto.logpdf(y_exc, xi, scale=np.exp(ls)).sum()
+        ls = np.log(res.x)
+        h = min(1e-4, 1e-2 * np.log(res.x / lo)) if xi < 0 else 1e-4
+        curvature = -(f(ls + h) - 2 * f(ls) + f(ls - h)) / h**2
+        lls.append(-res.fun - 0.5 * np.log(curvature))
     with np.errstate(divide="ignore"):
         lw = np.log(w) + np.array(lls)
     wts = np.exp(lw - lw.max())
