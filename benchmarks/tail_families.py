@@ -9,8 +9,13 @@ an untruncated Gaussian, a near-duplicate mixture), a benchmark in the paper reg
 mean error (prediction minus realized truth) of `evt_averaged`, `evt` and `count` over a few
 independent draws, and the mean absolute error of each estimator over all cells.
 
-Command (about a minute on 2 cores):
+`--grid sizes` asks the same at other gallery sizes and sample fractions (N = 7.6e5 to 1e9,
+S = 1e4 to 3e7: a GLDv2-sized pool, small samples whose top 4,000 reach deep into the bulk,
+large fractions where the count is nearly right), 13 (N, f) cells per family.
+
+Commands (about a minute / six minutes on 2 cores):
   python benchmarks/tail_families.py [--queries 200] [--draws 2] [--xi_tilt 0]
+  python benchmarks/tail_families.py --grid sizes
 (`--xi_tilt` overrides the averaged estimator's prior lean, `hardness.XI_TILT`.)
 Prints the table, then one JSON line with every cell.
 """
@@ -27,7 +32,25 @@ from configs import default  # noqa: E402
 from tailaware import estimators, hardness, predict, simulate  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
-FRACTIONS = (0.0005, 0.01, 0.05)
+# (N, sample fraction) cells of each grid.
+GRIDS = {
+    "paper": [(100_000_000, f) for f in (0.0005, 0.01, 0.05)],
+    "sizes": [
+        (759_000, 0.05),
+        (1_000_000, 0.01),
+        (1_000_000, 0.1),
+        (1_000_000, 0.5),
+        (10_000_000, 0.002),
+        (10_000_000, 0.05),
+        (10_000_000, 0.3),
+        (100_000_000, 0.0005),
+        (100_000_000, 0.01),
+        (100_000_000, 0.05),
+        (100_000_000, 0.2),
+        (1_000_000_000, 0.001),
+        (1_000_000_000, 0.01),
+    ],
+}
 
 
 def _parse():
@@ -35,6 +58,7 @@ def _parse():
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--draws", type=int, default=2)
     p.add_argument("--families", default=",".join(simulate.FAMILIES))
+    p.add_argument("--grid", choices=sorted(GRIDS), default="paper")
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--xi_tilt", type=float, default=None, help="override hardness.XI_TILT")
     return p.parse_args()
@@ -64,20 +88,30 @@ def main():
     config.k = args.k
     cells = {}
     head = "  ".join(f"{n:>12}" for n in ESTIMATORS)
-    print(f"mean error of mAP@{args.k} at N = 1e8 ({args.queries} queries, {args.draws} draws)")
-    print(f"{'family':<12} {'fraction':>8} {'truth':>7}  {head}")
+    print(f"mean error of mAP@{args.k} ({args.queries} queries, {args.draws} draws)")
+    print(f"{'family':<12} {'N':>7} {'fraction':>8} {'truth':>7}  {head}")
     for family in args.families.split(","):
-        bench = simulate.make_benchmark(
-            args.queries, family=family, seed=0, **simulate.REGIMES["paper"]
-        )
-        for f in FRACTIONS:
+        for n_pool, f in GRIDS[args.grid]:
+            bench = simulate.make_benchmark(
+                args.queries, n_pool=n_pool, family=family, seed=0, **simulate.REGIMES["paper"]
+            )
             c = cell(bench, f, args.draws, config, args.k)
-            cells[f"{family}/{f}"] = c
+            cells[f"{family}/{n_pool:.0e}/{f}"] = c
             row = "  ".join(f"{c[n]:>+12.4f}" for n in ESTIMATORS)
-            print(f"{family:<12} {f:>8} {c['truth']:>7.4f}  {row}", flush=True)
+            print(f"{family:<12} {n_pool:>7.0e} {f:>8} {c['truth']:>7.4f}  {row}", flush=True)
     mae = {n: float(np.mean([abs(c[n]) for c in cells.values()])) for n in ESTIMATORS}
-    print(f"{'mean |error| over all cells':<29}  " + "  ".join(f"{mae[n]:>12.4f}" for n in mae))
-    print(json.dumps({"queries": args.queries, "draws": args.draws, "cells": cells, "mae": mae}))
+    print(f"{'mean |error| over all cells':<38}  " + "  ".join(f"{mae[n]:>12.4f}" for n in mae))
+    print(
+        json.dumps(
+            {
+                "queries": args.queries,
+                "draws": args.draws,
+                "grid": args.grid,
+                "cells": cells,
+                "mae": mae,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
