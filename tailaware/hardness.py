@@ -57,10 +57,10 @@ MIN_EXCESSES = 10
 # A grid stopping at the regular range's -1/2 reads every shorter tail as -1/2 and over-prices its
 # positives by decades when the top M reach deep into a small sample: on the simulator (README,
 # "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact GPD and beta tails at
-# a GLDv2-sized pool (N = 759k, 5% sample) read -0.13 / -0.15 with it, -0.03 / -0.02 without.
+# a GLDv2-sized pool (N = 759k, 5% sample) read -0.18 / -0.20 with it, -0.06 / -0.03 without.
 # The price: each atom prices at its profiled scale, whose endpoint sits near the sample maximum
 # for xi < -1/2, so deep positives of truly short tails come out under-priced at N = 1e8 from
-# 0.05-1% samples (+0.03..+0.12 there; README has the cells).
+# 0.05-1% samples (+0.03..+0.15 there; README has the cells).
 XI_GRID_SIZE = 20
 XI_MIN = -0.95
 # Prior over xi on the grid: proportional to exp(XI_TILT * xi), a lean towards the longer tails
