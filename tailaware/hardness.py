@@ -35,7 +35,8 @@ Gradients: `log_tail_prob` is differentiable in the positive and tail scores. Fo
 the fitted (xi, sigma) carry implicit-function-theorem derivatives (see `gpd.fit`); for the
 averaged methods the per-xi scales are held fixed (`stop_gradient`) while the posterior weights
 are differentiated through the log-likelihood, which is the exact derivative of the profile by
-the envelope theorem. The threshold's position (which order statistic is u, and its selection)
+the envelope theorem, and through the Laplace width at those fixed scales (its dependence on the
+scale is left out). The threshold's position (which order statistic is u, and its selection)
 and the count switch are discrete and carry no gradient.
 """
 
