@@ -194,6 +194,25 @@ def test_config_fields_are_read(scores, results, monkeypatch):
     assert seen == {"width": 500, "q": 0.9, "method": "mean"}
 
 
+def test_posterior_reads_short_and_long_bounded_tails():
+    # Exact GPD tails (the top 200 of 4,000 kept scores are GPD too): the posterior mean of xi
+    # over `evt_averaged`'s grid is close to the truth, also below the regular range's -1/2
+    # (a grid stopped there reads -0.8 as about -0.5 and over-prices small samples by decades).
+    rng = np.random.default_rng(5)
+    true_xi = np.repeat([-0.8, -0.3], 40)
+    y = stats.genpareto.rvs(true_xi[:, None], scale=0.05, size=(80, 4000), random_state=rng)
+    tail = -np.sort(-(0.3 + y), axis=1).astype(np.float32)
+    pos = tail[:, :1] + 0.001
+    posterior = jax.jit(hardness.posterior, static_argnums=3)
+    _, w = posterior(jnp.asarray(pos), jnp.asarray(tail), 10**5, 0.95)
+    xis, _ = hardness.xi_grid()
+    mean_xi = np.asarray(w) @ np.asarray(xis)
+    for xi in (-0.8, -0.3):
+        got = mean_xi[true_xi == xi]
+        assert abs(got.mean() - xi) < 0.05, (xi, got.mean())
+        assert np.mean(np.abs(got - xi) < 0.15) >= 0.9, xi
+
+
 def test_threshold_selection_keeps_gpd_tails():
     # Exact GPD tails (threshold-stable): the default threshold passes the Anderson-Darling test
     # but for the test's false alarms (~0.5%), and the statistic is the one of its own excesses.
