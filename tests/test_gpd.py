@@ -331,10 +331,6 @@ def test_profile_in_xi_matches_scipy(x64):
     assert _fit_one(jnp.asarray(y), jnp.ones(N, bool)).loglik >= ll.max()
 
 
-def _scipy_loglik_in_log_sigma(y, xi):
-    return lambda ls: stats.genpareto.logpdf(y, xi, scale=np.exp(ls)).sum()
-
-
 def test_scale_information_matches_finite_differences(x64):
     rng = np.random.default_rng(8)
     y = stats.genpareto.rvs(-0.6, scale=1.0, size=N, random_state=rng)
@@ -344,7 +340,8 @@ def test_scale_information_matches_finite_differences(x64):
     info = gpd.scale_information(jnp.asarray(y), mask, xis, sigma)
     for xi, s, j in zip(np.asarray(xis), np.asarray(sigma), np.asarray(info), strict=True):
         # steps well inside the distance to the support's edge (tiny near xi = -1)
-        f, ls = _scipy_loglik_in_log_sigma(y, xi), np.log(s)
+        f = lambda ls, xi=xi: stats.genpareto.logpdf(y, xi, scale=np.exp(ls)).sum()
+        ls = np.log(s)
         h = min(1e-4, 1e-2 * np.log(s / (-xi * y.max()))) if xi < 0 else 1e-4
         fd = -(f(ls + h) - 2 * f(ls) + f(ls - h)) / h**2
         assert j > 0
