@@ -13,7 +13,7 @@ independent draws, and the mean absolute error of each estimator over all cells.
 S = 1e4 to 3e7: a GLDv2-sized pool, small samples whose top 4,000 reach deep into the bulk,
 large fractions where the count is nearly right), 13 (N, f) cells per family.
 
-Commands (about a minute / six minutes on 2 cores):
+Commands (about one / four minutes on 2 cores):
   python benchmarks/tail_families.py [--queries 200] [--draws 2] [--xi_tilt 0]
   python benchmarks/tail_families.py --grid sizes
 (`--xi_tilt` overrides the averaged estimator's prior lean, `hardness.XI_TILT`.)
@@ -89,18 +89,18 @@ def main():
     cells = {}
     head = "  ".join(f"{n:>12}" for n in ESTIMATORS)
     print(f"mean error of mAP@{args.k} ({args.queries} queries, {args.draws} draws)")
-    print(f"{'family':<12} {'N':>7} {'fraction':>8} {'truth':>7}  {head}")
+    print(f"{'family':<12} {'N':>8} {'fraction':>8} {'truth':>7}  {head}")
     for family in args.families.split(","):
         for n_pool, f in GRIDS[args.grid]:
             bench = simulate.make_benchmark(
                 args.queries, n_pool=n_pool, family=family, seed=0, **simulate.REGIMES["paper"]
             )
             c = cell(bench, f, args.draws, config, args.k)
-            cells[f"{family}/{n_pool:.0e}/{f}"] = c
+            cells[f"{family}/{n_pool:.3g}/{f}"] = c
             row = "  ".join(f"{c[n]:>+12.4f}" for n in ESTIMATORS)
-            print(f"{family:<12} {n_pool:>7.0e} {f:>8} {c['truth']:>7.4f}  {row}", flush=True)
+            print(f"{family:<12} {n_pool:>8.3g} {f:>8} {c['truth']:>7.4f}  {row}", flush=True)
     mae = {n: float(np.mean([abs(c[n]) for c in cells.values()])) for n in ESTIMATORS}
-    print(f"{'mean |error| over all cells':<38}  " + "  ".join(f"{mae[n]:>12.4f}" for n in mae))
+    print(f"{'mean |error| over all cells':<39}  " + "  ".join(f"{mae[n]:>12.4f}" for n in mae))
     print(
         json.dumps(
             {
