@@ -28,6 +28,10 @@ Two ways to turn the fit into P(Y > y):
   bias of predicted mAP@1000 is +0.003 against the plug-in's +0.019; README's validation tables
   have the full study.
 
+`threshold_sensitivity` reruns either with half and twice the excesses: how far the prediction
+moves with the threshold is the tail model's own error, which the reported intervals add to the
+sampling noise (`bootstrap.intervals`).
+
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
 of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
 
@@ -82,7 +86,8 @@ XI_TILT = 4.0
 # by simulation), so a GPD tail keeps its threshold.
 GOF_FACTORS = (1.0, 0.5, 0.25)
 AD_CRITICAL = 2.0
-# Threshold stability: refit with the excess count scaled by these factors.
+# Threshold stability: refit with the excess count scaled by these factors (the diagnostics' xi
+# refits, and `threshold_sensitivity`'s reruns of the whole estimator).
 STABILITY_FACTORS = (0.5, 2.0)
 METHODS = ("mle", "mean")
 # The tail model behind each registered estimator name (see `estimators.ESTIMATORS`).
@@ -102,7 +107,7 @@ def _width(m, threshold_quantile, factor):
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
 
 
-def excesses(tail_scores, threshold_quantile=0.95, factor=1.0):
+def excesses(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
     """Returns the threshold and the excesses over it, per query.
 
     The threshold u is the (k + 1)-th largest kept score, k = round((1 - q) * factor * m_q) with
@@ -112,13 +117,16 @@ def excesses(tail_scores, threshold_quantile=0.95, factor=1.0):
     Args:
       tail_scores: [Q, M] descending, -inf padded.
       threshold_quantile: q.
-      factor: scales the number of excesses (threshold-stability refits).
+      factor: scales the number of excesses (threshold-stability refits); may be traced when
+        `width` is given.
+      width: W, the static width of the excess arrays; by default the smallest that holds them
+        (`_width`). A wider W pads with masked-out entries.
 
     Returns:
       (u [Q], y [Q, W], mask [Q, W]).
     """
     m = tail_scores.shape[1]
-    width = _width(m, threshold_quantile, factor)
+    width = width or _width(m, threshold_quantile, factor)
 
     def one(tail):
         finite = jnp.isfinite(tail)
@@ -162,22 +170,22 @@ def _tail_inputs(pos_scores, tail_scores, n_sample, threshold_quantile):
     return y, mask, *_pricing_inputs(pos_scores, u, mask, n_sample)
 
 
-def select_threshold(tail_scores, threshold_quantile=0.95):
+def select_threshold(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
     """Returns the excesses over each query's selected threshold (see `posterior`).
 
-    Candidates are the thresholds that keep `GOF_FACTORS` times the q-quantile's excesses; each
-    is tested with the Anderson-Darling statistic of its excesses against the GPD fitted by
-    maximum likelihood on `gpd.fit`'s search grid (`gpd.grid_fit`, closed form). The lowest
-    candidate with A^2 <= `AD_CRITICAL` is selected; where every candidate fails, the
-    best-fitting one.
+    Candidates are the thresholds that keep `GOF_FACTORS` times the q-quantile's excesses (times
+    `factor`, in W = `width` slots, as in `excesses`); each is tested with the Anderson-Darling
+    statistic of its excesses against the GPD fitted by maximum likelihood on `gpd.fit`'s search
+    grid (`gpd.grid_fit`, closed form). The lowest candidate with A^2 <= `AD_CRITICAL` is
+    selected; where every candidate fails, the best-fitting one.
 
     Returns:
       (u [Q], y [Q, W], mask [Q, W], A^2 [F, Q]): as `excesses` at the selected thresholds
       (W of the q-quantile's), and every candidate's statistic (inf without excesses).
     """
-    width = _width(tail_scores.shape[1], threshold_quantile, 1.0)
+    width = width or _width(tail_scores.shape[1], threshold_quantile, factor)
     pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
-    parts = [excesses(tail_scores, threshold_quantile, f) for f in GOF_FACTORS]
+    parts = [excesses(tail_scores, threshold_quantile, factor * f, width) for f in GOF_FACTORS]
     u = jnp.stack([p[0] for p in parts])
     y = jnp.stack([pad(p[1]) for p in parts])
     mask = jnp.stack([pad(p[2]) for p in parts])
@@ -191,11 +199,14 @@ def select_threshold(tail_scores, threshold_quantile=0.95):
     return pick(u), pick(y), pick(mask), ad
 
 
-def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
-    """`posterior`, plus the selected excess count [Q] and the A^2 statistics [F, Q]."""
+def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, factor=1.0, width=None):
+    """`posterior`, plus the selected excess count [Q] and the A^2 statistics [F, Q].
+
+    `factor` and `width` set the default threshold's excess count as in `excesses`.
+    """
     dtype = tail_scores.dtype
     xis, prior = xi_grid(dtype)
-    u, y, mask, ad = select_threshold(tail_scores, threshold_quantile)
+    u, y, mask, ad = select_threshold(tail_scores, threshold_quantile, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
@@ -407,3 +418,64 @@ def evt(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.
 def evt_averaged(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.Hardness:
     """Returns the tail-aware hardness posterior over xi (atoms; x is its mean; no hard 0)."""
     return estimate(scores, config, ESTIMATOR_METHODS["evt_averaged"])
+
+
+@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method"))
+def _sensitivity_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method):
+    """Returns log atoms [F, Q, P, A], weights [F, Q, A], thresholds u [F, Q] and fitted [F, Q].
+
+    One rerun per factor of `STABILITY_FACTORS`, vmapped over the factor in the widest factor's
+    slots: both reruns cost one compilation.
+    """
+    width = _width(tail_scores.shape[1], threshold_quantile, max(STABILITY_FACTORS))
+
+    def one(factor):
+        u, y, mask = excesses(tail_scores, threshold_quantile, factor, width)
+        if method == "mean":
+            log_x, w, _, _ = _posterior(
+                pos_scores, tail_scores, n_sample, threshold_quantile, factor, width
+            )
+        else:
+            fit = jax.vmap(gpd.fit)(y, mask)
+            log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
+            log_s = gpd.log_survival(excess, fit.xi[:, None], fit.sigma[:, None])
+            log_x = jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)[..., None]
+            w = jnp.ones((tail_scores.shape[0], 1), tail_scores.dtype)
+        return log_x, w, u, jnp.any(mask, axis=1)
+
+    return jax.vmap(one)(jnp.asarray(STABILITY_FACTORS, tail_scores.dtype))
+
+
+def threshold_sensitivity(
+    scores: SampledScores, config: ml_collections.ConfigDict, method: str
+) -> list[estimators.Hardness]:
+    """Returns the estimate `method` rerun with half and twice the excesses (`STABILITY_FACTORS`).
+
+    A GPD is a model of the tail only asymptotically: a bounded score law's fitted shape drifts
+    with the threshold (the penultimate effect), and how far the prediction moves with it is the
+    usual measure of the tail model's own error, which no resampling of the data sees
+    (`tailaware.bootstrap.intervals` widens the reported interval by it). Positives are priced
+    as in `estimate`, by the tail above each rerun's threshold and by counts elsewhere; the
+    reruns carry no diagnostics (`info` is empty).
+    """
+    cfg = config.evt
+    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
+    mask = scores.mask
+    counts = np.where(mask, scores.pos_counts, 0)
+    s = float(scores.n_sample)
+    pos = np.asarray(scores.pos_scores, np.float32)
+    q = float(cfg.threshold_quantile)
+    log_atoms, weights, u, fitted = jax.device_get(_sensitivity_jit(pos, tail, s, q, method))
+    out = []
+    for log_a, w, u_f, fit_f in zip(log_atoms, weights, u, fitted, strict=True):
+        above_u = np.where(mask, pos, -np.inf) >= u_f[:, None]
+        tail_priced = mask & (counts < int(cfg.min_count)) & above_u & fit_f[:, None]
+        with np.errstate(under="ignore"):
+            atoms = np.exp(np.asarray(log_a, np.float64))
+        atoms = np.where(tail_priced[:, :, None], atoms, (counts / s)[:, :, None])
+        atoms = np.where(mask[:, :, None], atoms, 0.0)
+        w = np.asarray(w, np.float64)
+        w = w / w.sum(axis=1, keepdims=True)
+        x = np.einsum("qpa,qa->qp", atoms, w)
+        out.append(estimators.Hardness(x, mask, tail_priced, {}, atoms, w))
+    return out

@@ -4,7 +4,8 @@
 prediction.json (paper Sec. 4: "report mAP@k at the target with a query-bootstrap interval and
 a count/tail diagnostic"):
 
-- `ci90`, `ci95` (+ `uncertainty`): nested-bootstrap intervals (`bootstrap.intervals`).
+- `ci90`, `ci95` (+ `uncertainty`): nested-bootstrap intervals widened by the tail model's
+  threshold sensitivity (`bootstrap.intervals`, `threshold_deviation`).
 - `curve`: predicted mAP@k for N from 10^3 to 10^9 with its 90% band.
 - `other_metrics`: recall@k and top-1 at N through the same law (expected ranks for recall,
   the Poisson form exp(-N x) for top-1), labelled as law predictions.
@@ -97,6 +98,29 @@ def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
             )
         out.append(got[0].mean(axis=1))
     return np.stack(out)
+
+
+def threshold_deviation(scores: SampledScores, config, sizes, points) -> np.ndarray:
+    """Returns [G] how far mAP@k moves when the tail threshold does: 0 without a tail model.
+
+    The configured estimator is rerun with half and twice the excesses over its threshold
+    (`hardness.threshold_sensitivity`); the result is the larger distance of the two reruns'
+    mAP@k from `points` [G] at each gallery size of `sizes` [G]. Estimators without a tail
+    (count, homogeneous) give zeros.
+    """
+    from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
+
+    points = np.asarray(points, np.float64)
+    method = hardness.ESTIMATOR_METHODS.get(config.estimator)
+    if method is None:
+        return np.zeros_like(points)
+    reruns = hardness.threshold_sensitivity(scores, config, method)
+    sizes = np.asarray(sizes, np.float64)
+    maps = [
+        predict.per_query_ap(h, sizes, int(config.k), scores.fixed_counts, scores).mean(axis=1)
+        for h in reruns
+    ]
+    return np.max(np.abs(np.stack(maps) - points), axis=0)
 
 
 def budget_check(subsamples, config, n_target: int, noise: float) -> dict:
@@ -196,10 +220,12 @@ def augment(
         nested = bootstrap.nested_bootstrap(
             scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
         )
+    dev = threshold_deviation(scores, config, sizes, points)
     at = lambda g: None if nested is None else {name: v[g] for name, v in nested.items()}
-    unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0))
+    unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0), dev[0])
     bands = [
-        bootstrap.intervals(float(points[g]), query_reps[g], at(g)) for g in range(1, len(sizes))
+        bootstrap.intervals(float(points[g]), query_reps[g], at(g), dev[g])
+        for g in range(1, len(sizes))
     ]
 
     try:
@@ -240,7 +266,8 @@ def augment(
         )
     summary.append(
         f"mAP@{k} at N = {n_target:,}: {points[0]:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
-        f"{unc['ci90'][1]:.4f}] ({unc['ci_method']} bootstrap)"
+        f"{unc['ci90'][1]:.4f}] ({unc['ci_method']} bootstrap, widened by the threshold "
+        f"sensitivity {unc['threshold_deviation']:.4f})"
     )
     return {
         "ci90": unc["ci90"],

@@ -351,3 +351,19 @@ def test_threshold_stability_flags_a_changing_tail():
     sc = _scores_like_fixture(np.stack([stable_tail, changing_tail]), pos, s)
     info = hardness.evt(sc, _config()).info
     np.testing.assert_array_equal(info["stable"][:2], [True, False])
+
+
+@pytest.mark.parametrize("name", ["evt", "evt_averaged"])
+def test_threshold_sensitivity_reruns_the_estimator_at_other_thresholds(scores, name):
+    # Half and twice the excesses over the q = 0.95 threshold are the thresholds of q = 0.975
+    # and q = 0.9: the reruns (one vmapped program) against the estimator run at those quantiles.
+    half, double = hardness.threshold_sensitivity(
+        scores, _config(), hardness.ESTIMATOR_METHODS[name]
+    )
+    for rerun, q in ((half, 0.975), (double, 0.9)):
+        ref = estimators.get(name)(scores, _config(threshold_quantile=q))
+        np.testing.assert_array_equal(rerun.tail_priced, ref.tail_priced)
+        np.testing.assert_allclose(rerun.x, ref.x, rtol=1e-3, atol=1e-12)  # padding: rounding
+        assert (ref.atoms is None) == (name == "evt")
+        if ref.atoms is not None:
+            np.testing.assert_allclose(rerun.weights, ref.weights, rtol=1e-4, atol=1e-7)
