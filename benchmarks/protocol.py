@@ -144,7 +144,7 @@ def main():
             got = json.loads(res.stdout.strip().splitlines()[-1])
             if tag:
                 got = {
-                    k.replace("jax_s", f"jax_{tag}_s").replace("nested_s", f"nested_{tag}_s"): v
+                    (f"{k[:-2]}_{tag}_s" if k in ("jax_s", "nested_s", "threshold_s") else k): v
                     for k, v in got.items()
                 }
             out.update(got)

@@ -72,11 +72,13 @@ print(f"S = {scores.n_sample:,} sampled of N = {n_full:,}; true mAP@{k} at N: {t
 # `predict.predict` is what `python launch.py --config=configs/predict.py` writes to
 # `prediction.json`: the tail-aware estimate at the target N with the count estimator and
 # evaluate-at-S as baselines. `protocol.augment` adds the rest of the protocol: the interval
-# (query bootstrap; the nested bootstrap, which also resamples the distractor sample and refits
-# every tail, is off here to keep the notebook fast: set `nested_replicates` to 100, about a
-# minute on 2 CPU cores), the power-law and log-uniform curve-fit baselines, the predicted
-# curve from 10^3 to 10^9 and the sufficient-budget verdict: predictions from nested
-# sub-samples S/8 .. S should have stopped moving by more than query noise.
+# (query bootstrap, widened by the tail model's own error: how far the prediction moves when the
+# tail threshold keeps half or twice the excesses; the nested bootstrap, which also resamples the
+# distractor sample and refits every tail, is off here to keep the notebook fast: set
+# `nested_replicates` to 100, about a minute on 2 CPU cores), the power-law and log-uniform
+# curve-fit baselines, the predicted curve from 10^3 to 10^9 and the sufficient-budget verdict:
+# predictions from nested sub-samples S/8 .. S should have stopped moving by more than query
+# noise.
 
 # %%
 config.protocol = ml_collections.ConfigDict({"nested_replicates": 0})
