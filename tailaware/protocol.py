@@ -13,8 +13,9 @@ a count/tail diagnostic"):
 - `diagnostics`: the sufficient-budget verdict (first line of `summary` when the sample is too
   small), the drift test when per-block files are given, warnings when some query's tail could
   not be fitted or the tails are fitted too low in the sample (SHALLOW TAIL), a note when some
-  query's tail threshold was raised (THRESHOLD RAISED, `share_threshold_raised`), and the share
-  of positives the tail priced.
+  query's tail threshold was raised (THRESHOLD RAISED, `share_threshold_raised`), a warning when
+  the prediction moves with the tail threshold by more than the query noise (THRESHOLD
+  SENSITIVE), and the share of positives the tail priced.
 
 Optional config fields (read with defaults, so configs/default.py needs none of them):
 `config.protocol.query_replicates` (1000), `nested_replicates` (50), `curve_points` (25),
@@ -188,6 +189,22 @@ def _raised_thresholds(hardness: estimators.Hardness) -> tuple[float, str]:
     )
 
 
+def _threshold_sensitive(unc: dict, k: int) -> str:
+    """Returns a warning when the prediction moves with the tail threshold beyond query noise.
+
+    `unc` is `bootstrap.intervals`' output at the target: the interval already includes the
+    move; the warning says why it is wide and what would narrow it.
+    """
+    dev, sd_q = unc.get("threshold_deviation", 0.0), unc["sd_query"]
+    if dev <= sd_q:
+        return ""
+    return (
+        f"THRESHOLD SENSITIVE: mAP@{k} moves by {dev:.4f} when the tail threshold keeps half or "
+        f"twice the excesses, more than the query noise (sd {sd_q:.4f}); the interval includes "
+        "it, but the tail model is unsettled here: sample more distractors"
+    )
+
+
 def augment(
     result: dict,
     scores: SampledScores,
@@ -256,6 +273,9 @@ def augment(
     shallow = _shallow_tail(hardness, scores.n_sample, n_target)
     if shallow:
         summary.append(shallow)
+    sensitive = _threshold_sensitive(unc, k)
+    if sensitive:
+        summary.append(sensitive)
     raised, note = _raised_thresholds(hardness)
     if note:
         summary.append(note)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import predict, protocol, scores, simulate
+from tailaware import bootstrap, predict, protocol, scores, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,3 +124,14 @@ def test_protocol_warns_about_a_query_without_a_tail_fit():
     assert not shallow(result)
     small = simulate.draw(bench, 0.002, 200, seed=2).scores
     assert shallow(predict.predict(small, cfg, 10**6))
+
+
+def test_protocol_warns_when_the_prediction_moves_with_the_threshold():
+    rng = np.random.default_rng(3)
+    reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    calm = bootstrap.intervals(0.5, reps, None, deviation=0.005)
+    assert protocol._threshold_sensitive(calm, 1000) == ""
+    moved = bootstrap.intervals(0.5, reps, None, deviation=0.03)
+    note = protocol._threshold_sensitive(moved, 1000)
+    assert note.startswith("THRESHOLD SENSITIVE: mAP@1000 moves by 0.0300")
+    assert "sd 0.0" in note
