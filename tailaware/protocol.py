@@ -101,27 +101,40 @@ def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
     return np.stack(out)
 
 
-def threshold_deviation(scores: SampledScores, config, sizes, points) -> np.ndarray:
-    """Returns [G] how far mAP@k moves when the tail threshold does: 0 without a tail model.
+def threshold_maps(scores: SampledScores, config, sizes) -> np.ndarray | None:
+    """Returns mAP@k [F, G] of the configured estimator rerun at other thresholds, or None.
 
-    The configured estimator is rerun with half and twice the excesses over its threshold
-    (`hardness.threshold_sensitivity`); the result is the larger distance of the two reruns'
-    mAP@k from `points` [G] at each gallery size of `sizes` [G]. Estimators without a tail
-    (count, homogeneous) give zeros.
+    The reruns keep half and twice the excesses over the estimator's threshold
+    (`hardness.threshold_sensitivity`), one row each, at the gallery sizes `sizes` [G]. None for
+    estimators without a tail model (count, homogeneous).
     """
     from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
 
-    points = np.asarray(points, np.float64)
     method = hardness.ESTIMATOR_METHODS.get(config.estimator)
     if method is None:
-        return np.zeros_like(points)
+        return None
     reruns = hardness.threshold_sensitivity(scores, config, method)
     sizes = np.asarray(sizes, np.float64)
-    maps = [
-        predict.per_query_ap(h, sizes, int(config.k), scores.fixed_counts, scores).mean(axis=1)
-        for h in reruns
-    ]
-    return np.max(np.abs(np.stack(maps) - points), axis=0)
+    return np.stack(
+        [
+            predict.per_query_ap(h, sizes, int(config.k), scores.fixed_counts, scores).mean(axis=1)
+            for h in reruns
+        ]
+    )
+
+
+def threshold_deviation(scores: SampledScores, config, sizes, points) -> np.ndarray:
+    """Returns [G] how far mAP@k moves when the tail threshold does: 0 without a tail model.
+
+    The larger distance of the `threshold_maps` reruns from `points` [G] at each gallery size of
+    `sizes` [G].
+    """
+    return _deviation(threshold_maps(scores, config, sizes), points)
+
+
+def _deviation(maps, points) -> np.ndarray:
+    points = np.asarray(points, np.float64)
+    return np.zeros_like(points) if maps is None else np.max(np.abs(maps - points), axis=0)
 
 
 def budget_check(subsamples, config, n_target: int, noise: float) -> dict:
@@ -237,13 +250,16 @@ def augment(
         nested = bootstrap.nested_bootstrap(
             scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
         )
-    dev = threshold_deviation(scores, config, sizes, points)
+    maps = threshold_maps(scores, config, sizes)
+    dev = _deviation(maps, points)
     at = lambda g: None if nested is None else {name: v[g] for name, v in nested.items()}
     unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0), dev[0])
     bands = [
         bootstrap.intervals(float(points[g]), query_reps[g], at(g), dev[g])
         for g in range(1, len(sizes))
     ]
+    # The reruns' mAP at the target (half, twice the excesses): `compare.threshold_deviation`.
+    unc["threshold_maps"] = None if maps is None else [float(v) for v in maps[:, 0]]
 
     try:
         subs = budget.nested_subsamples(scores, int(opts["budget_levels"]), int(opts["seed"]))

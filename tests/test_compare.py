@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailaware import compare
+from tailaware import bootstrap, compare
 
 
 def test_sign_and_probability():
@@ -37,3 +37,32 @@ def test_no_difference_is_not_resolved_and_margin_scales():
     assert noisy["resolvable_margin"] > plain["resolvable_margin"]
     with pytest.raises(ValueError, match="same queries"):
         compare.paired(a, b[:-1])
+
+
+def test_threshold_deviation_of_the_difference():
+    def pred(m, half, double):
+        return {"map": m, "uncertainty": {"threshold_maps": [half, double]}}
+
+    # Both estimates move alike with the threshold: the difference does not move.
+    assert compare.threshold_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (
+        pytest.approx(0.0, abs=1e-12)
+    )
+    # Opposite moves add up: (0.02 - (-0.01)) at half, (-0.03 - 0.01) at double.
+    got = compare.threshold_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
+    assert got == pytest.approx(0.04)
+    # Without reruns (an estimator without a tail model, or an older file): no term.
+    assert compare.threshold_deviation({"map": 0.5}, pred(0.4, 0.39, 0.41)) == 0.0
+    assert compare.threshold_deviation(pred(0.5, 0.5, 0.5), {"map": 0.4, "uncertainty": {}}) == 0
+
+
+def test_paired_adds_the_threshold_term_in_quadrature():
+    rng = np.random.default_rng(4)
+    base = rng.beta(0.6, 0.9, 600)
+    a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
+    plain = compare.paired(a, base, 4000)
+    wide = compare.paired(a, base, 4000, deviation=0.01)
+    expected = np.hypot(plain["sd"], bootstrap.THRESHOLD_SD * 0.01)
+    assert wide["sd"] == pytest.approx(expected, rel=0.05)
+    assert wide["difference"] == plain["difference"]
+    assert wide["p_a_beats_b"] < plain["p_a_beats_b"]
+    assert wide["resolvable_margin"] > 2 * plain["resolvable_margin"]

@@ -83,6 +83,9 @@ def test_protocol_augment_fields():
     assert {"at_sample", "count", "homogeneous", "power_law", "log_uniform"} <= set(
         extra["baselines"]
     )
+    half, double = extra["uncertainty"]["threshold_maps"]  # the reruns behind the interval
+    dev = max(abs(half - result["map"]), abs(double - result["map"]))
+    assert extra["uncertainty"]["threshold_deviation"] == pytest.approx(dev, abs=1e-6)
     assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
     assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
     json.dumps(extra)  # prediction.json must serialise
