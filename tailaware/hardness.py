@@ -164,10 +164,12 @@ def _pricing_inputs(pos_scores, u, mask, n_sample):
     return log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
 
 
-def _tail_inputs(pos_scores, tail_scores, n_sample, threshold_quantile):
-    """Returns the excesses y, mask [Q, W], log(n_u / S) [Q], padding [Q, P], s - u [Q, P]."""
-    u, y, mask = excesses(tail_scores, threshold_quantile)
-    return y, mask, *_pricing_inputs(pos_scores, u, mask, n_sample)
+def _plug_in_log_x(pos_scores, u, mask, n_sample, xi, sigma):
+    """Returns log x [Q, P] (eq. B.1) of one GPD(xi, sigma) [Q] per query over its threshold u
+    [Q] with excesses `mask` [Q, W]; -inf at padding and beyond the endpoint."""
+    log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
+    log_s = gpd.log_survival(excess, xi[:, None], sigma[:, None])
+    return jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)
 
 
 def select_threshold(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
@@ -277,12 +279,9 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, me
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "mean":
         return _log_mean(*posterior(pos_scores, tail_scores, n_sample, threshold_quantile))
-    y, mask, log_rate, pad, excess = _tail_inputs(
-        pos_scores, tail_scores, n_sample, threshold_quantile
-    )
+    u, y, mask = excesses(tail_scores, threshold_quantile)
     fit = jax.vmap(gpd.fit)(y, mask)
-    log_s = gpd.log_survival(excess, fit.xi[:, None], fit.sigma[:, None])
-    return jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)
+    return _plug_in_log_x(pos_scores, u, mask, n_sample, fit.xi, fit.sigma)
 
 
 def _diagnostics(tail_scores, threshold_quantile, stack_main=True):
@@ -355,11 +354,35 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method)
         info = {**info, "n_exceed_selected": n_u, "ad": ad[0]}
         return _log_mean(atoms, weights), info, atoms, weights
     # The plug-in tail is the diagnostics' fit (`log_tail_prob`'s, computed once).
-    _, _, log_rate, pad, excess = _tail_inputs(
-        pos_scores, tail_scores, n_sample, threshold_quantile
-    )
-    log_s = gpd.log_survival(excess, info["xi"][:, None], info["sigma"][:, None])
-    return jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s), info, None, None
+    u, _, mask = excesses(tail_scores, threshold_quantile)
+    log_x = _plug_in_log_x(pos_scores, u, mask, n_sample, info["xi"], info["sigma"])
+    return log_x, info, None, None
+
+
+def _host_inputs(scores: SampledScores, cfg):
+    """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S, q)."""
+    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
+    counts = np.where(scores.mask, scores.pos_counts, 0)
+    pos = np.asarray(scores.pos_scores, np.float32)
+    return pos, tail, counts, float(scores.n_sample), float(cfg.threshold_quantile)
+
+
+def _tail_priced(mask, pos, counts, cfg, u, fitted) -> np.ndarray:
+    """Returns [Q, P] whether the tail prices each positive (`mask`, float32 scores `pos`,
+    `counts` [Q, P]): fewer than `min_count` sampled distractors beat it, it lies at or above its
+    query's threshold u [Q], and the query's tail was `fitted` [Q]; counts price the others."""
+    above_u = np.where(mask, pos, -np.inf) >= u[:, None]
+    return mask & (counts < int(cfg.min_count)) & above_u & fitted[:, None]
+
+
+def _atoms(log_atoms, weights, tail_priced, x_count):
+    """Returns float64 atoms [Q, P, A] (the count's x [Q, P] where the tail does not price) and
+    weights [Q, A] renormalised in float64 (they come from a float32 softmax)."""
+    with np.errstate(under="ignore"):
+        atoms = np.exp(np.asarray(log_atoms, np.float64))
+    atoms = np.where(tail_priced[:, :, None], atoms, x_count[:, :, None])
+    weights = np.asarray(weights, np.float64)
+    return atoms, weights / weights.sum(axis=1, keepdims=True)
 
 
 def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: str):
@@ -375,19 +398,14 @@ def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: s
     Anderson-Darling statistic at the default threshold).
     """
     cfg = config.evt
-    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
-    q = float(cfg.threshold_quantile)
     mask = scores.mask
-    counts = np.where(mask, scores.pos_counts, 0)
-    s = float(scores.n_sample)
-    pos = np.asarray(scores.pos_scores, np.float32)
+    pos, tail, counts, s, q = _host_inputs(scores, cfg)
 
     log_x, info, log_atoms, weights = jax.device_get(_estimate_jit(pos, tail, s, q, method))
     log_x = np.asarray(log_x, np.float64)
     info = {k: np.asarray(v) for k, v in info.items()}
     fitted = (info["n_exceed"] > 0) & (info["sigma"] > 0)
-    above_u = np.where(mask, pos, -np.inf) >= info["u"][:, None]
-    tail_priced = mask & (counts < int(cfg.min_count)) & above_u & fitted[:, None]
+    tail_priced = _tail_priced(mask, pos, counts, cfg, info["u"], fitted)
     with np.errstate(under="ignore"):
         x_tail = np.exp(log_x)
     x = np.where(tail_priced, x_tail, counts / s)
@@ -401,12 +419,8 @@ def estimate(scores: SampledScores, config: ml_collections.ConfigDict, method: s
     info["share_zero"] = (mask & (x == 0) & tail_priced).sum(axis=1) / n_pos
     if log_atoms is None:
         return estimators.Hardness(x=x, mask=mask, tail_priced=tail_priced, info=info)
-    with np.errstate(under="ignore"):
-        atoms = np.exp(np.asarray(log_atoms, np.float64))
-    atoms = np.where(tail_priced[:, :, None], atoms, x[:, :, None])
-    weights = np.asarray(weights, np.float64)  # renormalised in float64 (float32 softmax)
     return estimators.Hardness(
-        x, mask, tail_priced, info, atoms, weights / weights.sum(1, keepdims=True)
+        x, mask, tail_priced, info, *_atoms(log_atoms, weights, tail_priced, x)
     )
 
 
@@ -437,9 +451,7 @@ def _sensitivity_jit(pos_scores, tail_scores, n_sample, threshold_quantile, meth
             )
         else:
             fit = jax.vmap(gpd.fit)(y, mask)
-            log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
-            log_s = gpd.log_survival(excess, fit.xi[:, None], fit.sigma[:, None])
-            log_x = jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)[..., None]
+            log_x = _plug_in_log_x(pos_scores, u, mask, n_sample, fit.xi, fit.sigma)[..., None]
             w = jnp.ones((tail_scores.shape[0], 1), tail_scores.dtype)
         return log_x, w, u, jnp.any(mask, axis=1)
 
@@ -459,23 +471,13 @@ def threshold_sensitivity(
     reruns carry no diagnostics (`info` is empty).
     """
     cfg = config.evt
-    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
     mask = scores.mask
-    counts = np.where(mask, scores.pos_counts, 0)
-    s = float(scores.n_sample)
-    pos = np.asarray(scores.pos_scores, np.float32)
-    q = float(cfg.threshold_quantile)
+    pos, tail, counts, s, q = _host_inputs(scores, cfg)
     log_atoms, weights, u, fitted = jax.device_get(_sensitivity_jit(pos, tail, s, q, method))
     out = []
     for log_a, w, u_f, fit_f in zip(log_atoms, weights, u, fitted, strict=True):
-        above_u = np.where(mask, pos, -np.inf) >= u_f[:, None]
-        tail_priced = mask & (counts < int(cfg.min_count)) & above_u & fit_f[:, None]
-        with np.errstate(under="ignore"):
-            atoms = np.exp(np.asarray(log_a, np.float64))
-        atoms = np.where(tail_priced[:, :, None], atoms, (counts / s)[:, :, None])
-        atoms = np.where(mask[:, :, None], atoms, 0.0)
-        w = np.asarray(w, np.float64)
-        w = w / w.sum(axis=1, keepdims=True)
+        tail_priced = _tail_priced(mask, pos, counts, cfg, u_f, fit_f)
+        atoms, w = _atoms(log_a, w, tail_priced, np.where(mask, counts / s, 0.0))
         x = np.einsum("qpa,qa->qp", atoms, w)
         out.append(estimators.Hardness(x, mask, tail_priced, {}, atoms, w))
     return out
