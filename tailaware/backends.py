@@ -49,22 +49,31 @@ def split_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class HostBackend:
     """numpy matmul (float32 from the stored float16) + `topk.HostTopM`, in parallel threads.
 
-    Each block is cut into column chunks of at most M distractors; each thread takes the next
-    chunk while there is one and scores it into its own `HostTopM` (single-threaded BLAS per
-    thread, so the filtering of one chunk overlaps the matmul of another, and a thread slowed by
-    other work takes fewer chunks), and the threads' states merge exactly. Each filters with
-    the highest of all the threads' thresholds and the start state's floor.
+    Each block is cut into equal column chunks of at most M (and `chunk`) distractors, queued
+    to a pool of worker threads; each worker scores the chunks it takes into its own `HostTopM`
+    (single-threaded BLAS per worker, so the filtering of one chunk overlaps the matmul of
+    another, and a worker slowed by other work takes fewer chunks), and the workers' states
+    merge exactly. Each filters with the highest of all the workers' thresholds and the start
+    state's floor. (A chunk of ~4000 runs the per-worker matmul ~10% faster than 2048 here.)
+
+    `add` returns once the block before this one is scored (a pipeline one block deep): the
+    workers never wait for the caller to read the next block, nor for each other at the end of
+    one, and at most two blocks are held. `state` (or `drain`) waits for the rest.
     """
 
     speculates = True  # filtering at a guessed floor cuts the selection work several times
 
-    def __init__(self, queries: np.ndarray, m: int, threads: int | None = None, chunk=2048):
+    def __init__(self, queries: np.ndarray, m: int, threads: int | None = None, chunk=4096):
         self.queries = np.ascontiguousarray(queries, np.float32)
         self.m, self.chunk = m, min(chunk, m)
         self.threads = threads or os.cpu_count() or 1
         self.pool = futures.ThreadPoolExecutor(self.threads)
         self.blas = threadpoolctl.ThreadpoolController()  # found once: a lookup costs ~2 ms
-        # Per-thread buffers for a chunk's float32 rows [chunk, D] and scores [Q, chunk]:
+        self.limit = None  # the BLAS thread limit, held while chunks are in flight
+        self.pending: list[futures.Future] = []  # the chunks of the last block added
+        self.workers: dict[int, int] = {}  # thread id -> its slot (`tops`, buffers)
+        self.lock = threading.Lock()
+        # Per-worker buffers for a chunk's float32 rows [chunk, D] and scores [Q, chunk]:
         # fresh arrays of this size cost page faults on every chunk.
         q, d = self.queries.shape
         self.rows_buf = [np.empty((self.chunk, d), np.float32) for _ in range(self.threads)]
@@ -78,6 +87,7 @@ class HostBackend:
         return HostBackend(self.queries[rows], self.m, self.threads, self.chunk)
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:
+        self.drain()
         # Below a floor few scores are buffered: room for one chunk beyond M suffices, and the
         # narrower buffers cost fewer fresh pages (first touches run in parallel too).
         width = self.m + self.chunk if state.floor is not None else 2 * self.m
@@ -93,44 +103,31 @@ class HostBackend:
             top.peers = [other for other in self.tops if other is not top]
 
     def add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        starts = list(range(0, x.shape[0], self.chunk))
-        todo, lock = iter(starts), threading.Lock()
-        cold = any(top.cold for top in self.tops)
+        # Chunks of equal width (none much narrower: a thin matmul runs slower).
+        k = -(-x.shape[0] // self.chunk)
+        edges = [x.shape[0] * i // k for i in range(k + 1)]
+        spans = list(zip(edges[:-1], edges[1:], strict=True))
+        if any(top.cold for top in self.tops):
+            # Until a query has M scores (and without a floor) nothing can be filtered: each
+            # worker selects from one wide slab of its share of the chunks instead of many
+            # narrow chunks that would all overflow the buffer.
+            self.drain()
+            slabs = [spans[t :: self.threads] for t in range(self.threads)]
+            cols = [np.concatenate([np.arange(a, b) for a, b in s]) for s in slabs if s]
+            self._submit([(x[c], ids[c]) for c in cols])
+            self.drain()
+            return
+        previous, self.pending = self.pending, []
+        self._submit([(x[a:b], ids[a:b]) for a, b in spans])
+        self._wait(previous)
 
-        def work(t):
-            if cold:
-                # Until a query has M scores (and without a floor) nothing can be filtered:
-                # each thread selects from one wide slab of its share of the chunks instead of
-                # many narrow chunks that would all overflow the buffer.
-                mine = starts[t :: self.threads]
-                if mine:
-                    cols = np.concatenate(
-                        [np.arange(c, min(c + self.chunk, x.shape[0])) for c in mine]
-                    )
-                    self._add(t, x[cols], ids[cols])
-                return
-            while True:
-                with lock:
-                    c = next(todo, None)
-                if c is None:
-                    return
-                self._add(t, x[c : c + self.chunk], ids[c : c + self.chunk])
-
-        blas_threads = max(1, (os.cpu_count() or 1) // self.threads)
-        with self.blas.limit(limits=blas_threads, user_api="blas"):
-            for f in [self.pool.submit(work, t) for t in range(self.threads)]:
-                f.result()
-
-    def _add(self, t: int, x: np.ndarray, ids: np.ndarray) -> None:
-        """Thread t scores rows `x` [n, D] (ids [n]) into its `HostTopM`."""
-        if x.shape[0] == self.chunk:
-            xc, scores = float16.to_float32(x, self.rows_buf[t]), self.scores_buf[t]
-            np.matmul(self.queries, xc.T, out=scores)
-        else:
-            scores = self.queries @ float16.to_float32(x).T
-        self.tops[t].add_scores(scores, ids)
+    def drain(self) -> None:
+        """Waits until every chunk added is scored (and lets BLAS use all cores again)."""
+        pending, self.pending = self.pending, []
+        self._wait(pending)
 
     def state(self) -> TopState:
+        self.drain()
         # Rows are independent: the threads build, merge and sort slices of queries, small
         # enough that the temporaries stay in cache and in reused memory.
         q = self.queries.shape[0]
@@ -143,6 +140,42 @@ class HostBackend:
         vals, ids, counts = (np.concatenate([p[i] for p in parts]) for i in range(3))
         floor = None if parts[0].floor is None else np.concatenate([p.floor for p in parts])
         return TopState(vals, ids, counts, floor)
+
+    def _submit(self, chunks) -> None:
+        if self.limit is None:
+            blas_threads = max(1, (os.cpu_count() or 1) // self.threads)
+            self.limit = self.blas.limit(limits=blas_threads, user_api="blas")
+        self.pending += [self.pool.submit(self._add, x, i) for x, i in chunks]
+
+    def _wait(self, pending) -> None:
+        try:
+            for f in pending:
+                f.result()
+        except BaseException:
+            for f in self.pending:
+                f.cancel()
+            futures.wait(self.pending)
+            self.pending = []
+            raise
+        finally:
+            if not self.pending and self.limit is not None:
+                self.limit.restore_original_limits()
+                self.limit = None
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        """A worker scores rows `x` [n, D] (ids [n]) into its own `HostTopM`."""
+        t = self.workers.get(threading.get_ident())
+        if t is None:
+            with self.lock:
+                t = self.workers.setdefault(threading.get_ident(), len(self.workers))
+        n = x.shape[0]
+        if n <= self.chunk:
+            xc = float16.to_float32(x, self.rows_buf[t][:n])
+            scores = self.scores_buf[t].ravel()[: self.queries.shape[0] * n].reshape(-1, n)
+            np.matmul(self.queries, xc.T, out=scores)
+        else:
+            scores = self.queries @ float16.to_float32(x).T
+        self.tops[t].add_scores(scores, ids)
 
 
 class JaxBackend:

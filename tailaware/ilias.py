@@ -98,7 +98,7 @@ def _open_shard(number: int, path: str, dim: int) -> scoring.Shard:
             path,
             arr.shape[0],
             lambda: _read_txt_ids(path, arr.shape[0]),
-            lambda rows: np.asarray(np.load(path, mmap_mode="r")[rows]),
+            lambda rows: _finite(path, _take(np.load(path, mmap_mode="r"), rows), "descriptors"),
         )
     try:
         with h5py.File(path, "r") as f:
@@ -122,17 +122,26 @@ def _h5_rows(path: str):
         try:
             with h5py.File(path, "r") as f:
                 ds = f["features"]
-                if rows.size and rows[-1] - rows[0] + 1 == rows.size:
-                    x = ds[rows[0] : rows[-1] + 1]  # a contiguous range reads fastest
-                else:
-                    x = ds[rows] if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
+                x = _take(ds, rows) if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
         except OSError as e:
             raise ValueError(f"{path}: unreadable features ({e})") from e
-        if not np.isfinite(x).all():
-            raise ValueError(f"{path}: field 'features' holds NaN or infinite values")
-        return x
+        return _finite(path, x, "field 'features'")
 
     return read
+
+
+def _take(array, rows: np.ndarray) -> np.ndarray:
+    """Returns `array[rows]`; a contiguous range of rows is read as one slice (fastest)."""
+    rows = np.asarray(rows, np.int64)
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        return np.asarray(array[rows[0] : rows[-1] + 1])
+    return np.asarray(array[rows])
+
+
+def _finite(path: str, x: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(x).all():
+        raise ValueError(f"{path}: {what}: NaN or infinite values; expected finite descriptors")
+    return x
 
 
 def _npy_path(path: str) -> str:

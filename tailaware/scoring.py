@@ -121,27 +121,40 @@ def score_shards(
     backend.start(pos_scores, state)
     progress = _Progress(sum(s.num_rows for s in todo))
     last_write = time.monotonic()
-    for shard, rows, blocks in _read_ahead(todo, spec, block_size):
-        for start, x in blocks:
-            backend.add(x, global_ids(shard.number, rows[start : start + x.shape[0]]))
-        n_sample += rows.size
-        done.append(shard.number)
-        progress.update(shard)
-        # Not after the last shard: a partial naming all the shards must be the final one.
-        last = shard is todo[-1]
-        if checkpoint and not last and time.monotonic() - last_write >= checkpoint_every_s:
-            # Continue from the canonical state, so a resumed run repeats exactly this path.
-            state = backend.state()
-            save_checkpoint(checkpoint, state, done, n_sample, spec)
-            backend.start(pos_scores, state)
-            last_write = time.monotonic()
-    state = backend.state()
+    try:
+        for shard, rows, blocks in _read_ahead(todo, spec, block_size):
+            for start, x in blocks:
+                backend.add(x, global_ids(shard.number, rows[start : start + x.shape[0]]))
+            n_sample += rows.size
+            done.append(shard.number)
+            progress.update(shard)
+            # Not after the last shard: a partial naming all the shards must be the final one.
+            last = shard is todo[-1]
+            if checkpoint and not last and time.monotonic() - last_write >= checkpoint_every_s:
+                # Continue from the canonical state, so a resumed run repeats exactly this path.
+                state = backend.state()
+                save_checkpoint(checkpoint, state, done, n_sample, spec)
+                backend.start(pos_scores, state)
+                last_write = time.monotonic()
+        state = backend.state()
+    except BaseException:
+        _abandon(backend)
+        raise
     if not topk.exact_rows(state).all():
         state = _rescan(backend, state, shards, spec, block_size)
     state = TopState(state.vals, state.ids, state.counts)  # exact now: no floor
     if checkpoint:  # the final partial, also for a process with no shards (merged by process 0)
         save_checkpoint(checkpoint, state, done, n_sample, spec)
     return state, n_sample
+
+
+def _abandon(backend) -> None:
+    """Lets a backend that scores asynchronously finish, so a failed search leaves no work
+    behind (the error being raised is the one reported)."""
+    try:
+        getattr(backend, "drain", lambda: None)()
+    except Exception:  # a consequence of the error being raised
+        pass
 
 
 PILOT_ROWS = 4096

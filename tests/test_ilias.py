@@ -269,6 +269,15 @@ def test_missing_corrupt_mismatched_and_duplicate_inputs_name_the_file(folder, t
     with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: duplicate .* 'x/1'"):
         ilias.run(config(dup, sample_fraction=1.0), str(tmp_path / "w4"))
 
+    nan = _copy(folder, tmp_path / "nan")
+    x, ids = features.read_features(os.path.join(nan, features.distractor_name(1)))
+    x[-1, 0] = np.nan
+    features.write_features(os.path.join(nan, features.distractor_name(1)), x, ids)
+    with pytest.raises(
+        ValueError, match=r"features_distractors_00001\.hdf5: field 'features'.*NaN"
+    ):
+        ilias.run(config(nan, sample_fraction=1.0), str(tmp_path / "w5"))
+
 
 def test_numpy_shards_give_the_same_result(folder, tmp_path):
     npy = tmp_path / "npy"
@@ -281,3 +290,10 @@ def test_numpy_shards_give_the_same_result(folder, tmp_path):
     a = ilias.run(config(folder, sample_fraction=1.0, k=15), str(tmp_path / "h5"))
     b = ilias.run(config(str(npy), sample_fraction=1.0, k=15), str(tmp_path / "np"))
     assert a["per_query_ap"] == b["per_query_ap"]
+
+    stem = os.path.splitext(features.distractor_name(1))[0]
+    bad = np.load(npy / f"{stem}.npy")
+    bad[0, -1] = np.inf
+    np.save(npy / f"{stem}.npy", bad)
+    with pytest.raises(ValueError, match=rf"{stem}\.npy: descriptors: NaN or infinite"):
+        ilias.run(config(str(npy), sample_fraction=1.0, k=15), str(tmp_path / "np2"))

@@ -288,3 +288,32 @@ def test_peak_memory_does_not_grow_with_the_number_of_shards():
     # 6 more shards hold 30,000 more ids and rows (~1.7 MB); keeping them would show. The margin
     # absorbs allocator and thread-timing noise (read-ahead keeps up to 2 shards in flight).
     assert peaks[1] < 1.5 * peaks[0], peaks
+
+
+def test_failures_are_raised_and_blas_threads_are_restored():
+    # The host backend scores a block while the next is read: an error in a worker must reach
+    # the caller, and the one-thread BLAS limit it holds meanwhile must not outlive a search
+    # that failed, whether in a worker or while reading (with a block still being scored).
+    import threadpoolctl
+
+    queries, pos, shards, _ = make_problem()
+    blas = lambda: [i["num_threads"] for i in threadpoolctl.threadpool_info()]
+    before = blas()
+
+    calls = []
+
+    def unreadable(rows):  # read by the pilot, then fails (a disk error mid-run)
+        calls.append(rows)
+        if len(calls) > 1:
+            raise ValueError("bad: unreadable")
+        return np.zeros((rows.size, D), np.float16)
+
+    ids = lambda: np.asarray([f"b/{j}" for j in range(60)])
+    wrong_dim = lambda rows: np.zeros((rows.size, D + 1), np.float16)
+    for read, match in [(wrong_dim, None), (unreadable, "bad: unreadable")]:
+        bad = scoring.Shard(9, "bad", 60, ids, read)
+        with pytest.raises(ValueError, match=match):
+            run_engine("host", queries, pos, [*shards, bad])
+        assert blas() == before
+    state, _ = run_engine("host", queries, pos, shards)  # the engine is usable afterwards
+    assert np.isfinite(state.vals).all()
