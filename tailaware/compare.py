@@ -12,14 +12,23 @@ single system's.
 Reported: the difference and its intervals, P(A beats B) (the share of replicates with a
 positive difference), and the smallest margin the sample can resolve: the difference at which
 the 90% interval would just exclude 0, i.e. z_0.95 times the difference's sd.
+
+From two predict jobs' prediction.json files (`predictions`, or the command):
+  python launch.py --config=configs/compare.py --config.a=A/prediction.json \
+      --config.b=B/prediction.json --workdir=DIR
+writes DIR/comparison.json.
 """
+
+import json
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from scipy import stats
 
-from tailaware import bootstrap
+from tailaware import atomic, bootstrap
 
 
 def paired(
@@ -84,3 +93,79 @@ def threshold_deviation(prediction_a: dict, prediction_b: dict) -> float:
         for m, p in zip(maps, (prediction_a, prediction_b), strict=True)
     ]
     return float(np.max(np.abs(moves[0] - moves[1])))
+
+
+def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, seed=0) -> dict:
+    """Returns `paired` on two predict jobs' outputs (prediction.json dicts), with every term.
+
+    The per-query AP, the distractor-sample sds (`uncertainty.sd_distractor`, when the nested
+    bootstrap ran) and the difference's threshold sensitivity (`threshold_deviation`) come from
+    the predictions. They must be of the same queries in the same order (`query_ids`, when both
+    have them), at the same N and k.
+
+    Raises:
+      ValueError: naming the field in which the two predictions disagree.
+    """
+    a, b = prediction_a, prediction_b
+    for field in ("n_target", "k", "per_query_ap"):
+        if field not in a or field not in b:
+            raise ValueError(
+                f"field {field!r}: missing from prediction {'a' if field not in a else 'b'}"
+            )
+    for field in ("n_target", "k"):
+        if a[field] != b[field]:
+            raise ValueError(
+                f"field {field!r}: {a[field]} in a, {b[field]} in b; compare at one N and k"
+            )
+    if len(a["per_query_ap"]) != len(b["per_query_ap"]):
+        raise ValueError(
+            f"field 'per_query_ap': {len(a['per_query_ap'])} queries in a, "
+            f"{len(b['per_query_ap'])} in b; a paired comparison needs the same queries"
+        )
+    ids_a, ids_b = a.get("query_ids"), b.get("query_ids")
+    if ids_a is not None and ids_b is not None and list(ids_a) != list(ids_b):
+        first = next(i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=True)) if x != y)
+        raise ValueError(
+            f"field 'query_ids': query {first} is {ids_a[first]!r} in a, {ids_b[first]!r} in b; "
+            "a paired comparison needs the same queries in the same order"
+        )
+    sd = lambda p: float(p.get("uncertainty", {}).get("sd_distractor", 0.0))
+    dev = threshold_deviation(a, b)
+    out = paired(a["per_query_ap"], b["per_query_ap"], num_replicates, seed, sd(a), sd(b), dev)
+    out["threshold_deviation"] = dev
+    return {"n_target": a["n_target"], "k": a["k"], "map_a": a["map"], "map_b": b["map"], **out}
+
+
+def run(config, workdir: str) -> None:
+    """The compare job: reads `config.a` and `config.b` (prediction.json), writes
+    `workdir/comparison.json`."""
+    preds = []
+    for name in ("a", "b"):
+        path = config[name]
+        if not path:
+            raise ValueError(f"--config.{name} must name a prediction.json (the predict job's)")
+        try:
+            with open(path) as f:
+                preds.append(json.load(f))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a readable prediction.json ({e})") from e
+    try:
+        out = predictions(*preds, int(config.replicates), int(config.seed))
+    except ValueError as e:
+        raise ValueError(f"{config.a} vs {config.b}: {e}") from e
+    out["a"], out["b"] = os.path.abspath(config.a), os.path.abspath(config.b)
+    os.makedirs(workdir, exist_ok=True)
+    atomic.write_json(os.path.join(workdir, "comparison.json"), out)
+    lo, hi = out["ci90"]
+    logging.info(
+        "mAP@%d at N = %s: A - B = %+.4f, 90%% CI [%+.4f, %+.4f], P(A > B) = %.3f, resolvable "
+        "margin %.4f%s",
+        out["k"],
+        f"{out['n_target']:,}",
+        out["difference"],
+        lo,
+        hi,
+        out["p_a_beats_b"],
+        out["resolvable_margin"],
+        "" if out["resolved"] else " (not resolved)",
+    )

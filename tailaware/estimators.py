@@ -29,6 +29,8 @@ class Hardness(NamedTuple):
       atoms: None, or [Q, P, A] float64 atoms of a posterior over each positive's hardness
         (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
       weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
+      reruns: the estimate rerun at other tail thresholds, when asked for
+        (`tailaware.hardness.estimate`); empty otherwise.
     """
 
     x: np.ndarray
@@ -37,6 +39,7 @@ class Hardness(NamedTuple):
     info: dict
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
+    reruns: tuple = ()
 
 
 def count(scores: SampledScores, config=None) -> Hardness:

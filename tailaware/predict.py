@@ -75,7 +75,7 @@ def predict(scores: scores_lib.SampledScores, config, n_target: int) -> dict:
     if n_target < 1:
         raise ValueError(f"n_target must be a positive gallery size, got {n_target}")
     k = int(config.k)
-    hardness = estimators.get(config.estimator)(scores, config)
+    hardness = protocol.estimate(scores, config)  # with its threshold reruns, for the interval
     aps = per_query_ap(hardness, n_target, k, scores.fixed_counts, scores)
     count_aps = per_query_ap(estimators.count(scores), n_target, k, scores.fixed_counts, scores)
     mask = scores.mask

@@ -101,35 +101,46 @@ def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
     return np.stack(out)
 
 
-def threshold_maps(scores: SampledScores, config, sizes) -> np.ndarray | None:
-    """Returns mAP@k [F, G] of the configured estimator rerun at other thresholds, or None.
-
-    The reruns keep half and twice the excesses over the estimator's threshold
-    (`hardness.threshold_sensitivity`), one row each, at the gallery sizes `sizes` [G]. None for
-    estimators without a tail model (count, homogeneous).
-    """
+def estimate(scores: SampledScores, config) -> estimators.Hardness:
+    """Returns the configured estimator's `Hardness`, with its threshold reruns when it has a
+    tail model (one compiled program: `hardness.estimate`)."""
+    method = _tail_method(config)
+    if method is None:
+        return estimators.get(config.estimator)(scores, config)
     from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
 
-    method = hardness.ESTIMATOR_METHODS.get(config.estimator)
-    if method is None:
+    return hardness.estimate(scores, config, method, reruns=True)
+
+
+def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.ndarray | None:
+    """Returns mAP@k [F, G] of the configured estimator rerun at other thresholds, or None.
+
+    The reruns keep half and twice the excesses over the estimator's threshold (`estimate`), one
+    row each, at the gallery sizes `sizes` [G]; they are taken from `estimated` when it carries
+    them. None for estimators without a tail model (count, homogeneous).
+    """
+    if _tail_method(config) is None:
         return None
-    reruns = hardness.threshold_sensitivity(scores, config, method)
+    reruns = estimated.reruns if estimated is not None else ()
+    reruns = reruns or estimate(scores, config).reruns
     sizes = np.asarray(sizes, np.float64)
-    return np.stack(
-        [
-            predict.per_query_ap(h, sizes, int(config.k), scores.fixed_counts, scores).mean(axis=1)
-            for h in reruns
-        ]
-    )
+    k, fixed = int(config.k), scores.fixed_counts
+    return np.stack([predict.per_query_ap(h, sizes, k, fixed, scores).mean(axis=1) for h in reruns])
 
 
-def threshold_deviation(scores: SampledScores, config, sizes, points) -> np.ndarray:
+def _tail_method(config) -> str | None:
+    from tailaware import hardness
+
+    return hardness.ESTIMATOR_METHODS.get(config.estimator)
+
+
+def threshold_deviation(scores: SampledScores, config, sizes, points, estimated=None):
     """Returns [G] how far mAP@k moves when the tail threshold does: 0 without a tail model.
 
-    The larger distance of the `threshold_maps` reruns from `points` [G] at each gallery size of
-    `sizes` [G].
+    The larger distance of the `threshold_maps` reruns (of `estimated`, when given) from
+    `points` [G] at each gallery size of `sizes` [G].
     """
-    return _deviation(threshold_maps(scores, config, sizes), points)
+    return _deviation(threshold_maps(scores, config, sizes, estimated), points)
 
 
 def _deviation(maps, points) -> np.ndarray:
@@ -237,7 +248,7 @@ def augment(
     opts = settings(config)
     k = int(config.k)
     if hardness is None:
-        hardness = estimators.get(config.estimator)(scores, config)
+        hardness = estimate(scores, config)
     fixed = scores.fixed_counts
     grid = np.geomspace(*CURVE_RANGE, int(opts["curve_points"]))
     sizes = np.concatenate([[float(n_target)], grid])
@@ -250,7 +261,7 @@ def augment(
         nested = bootstrap.nested_bootstrap(
             scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
         )
-    maps = threshold_maps(scores, config, sizes)
+    maps = threshold_maps(scores, config, sizes, hardness)
     dev = _deviation(maps, points)
     at = lambda g: None if nested is None else {name: v[g] for name, v in nested.items()}
     unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0), dev[0])

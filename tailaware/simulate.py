@@ -268,6 +268,26 @@ def with_law(bench: Benchmark, law: dict) -> Benchmark:
     )
 
 
+def second_system(bench: Benchmark, seed: int, shift: float = 0.3, spread: float = 0.5):
+    """Returns another system's benchmark on the same queries and positives (a paired study).
+
+    Its hardness is the first's times a lognormal factor (log mean `shift`: harder on average
+    when > 0; log sd `spread`), against distractor laws of its own (a different model scores
+    the pool differently); immune positives stay immune.
+    """
+    rng = np.random.default_rng(seed)
+    law = make_benchmark(bench.x.shape[0], bench.n_pool, bench.family, seed=seed).law
+    factor = np.exp(shift + spread * rng.standard_normal(bench.x.shape))
+    x = np.where(bench.mask, np.minimum(bench.x * factor, 0.5), np.inf)
+    x = np.where(bench.mask, np.sort(x, axis=1), 0.0)
+    # Immune positives keep their place above the endpoint, relative to the room above it.
+    e_a, e_b = bench.law["e"][:, None], law["e"][:, None]
+    immune = e_b + (bench.pos_scores - e_a) / (1.0 - e_a) * (1.0 - e_b)
+    pos = np.where(x > 0, inverse_survival(law, bench.family, x), immune)
+    other = bench._replace(x=x, pos_scores=np.where(bench.mask, pos, np.nan), law=law)
+    return other if bench.family in BOUNDED else with_law(other, law)
+
+
 def _nested_binomial(rng, n_total, start_count, start_lower, x, mask):
     """Returns cumulative counts [Q, P] of n_total iid U(0,1) below each ascending x_j.
 

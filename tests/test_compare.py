@@ -1,5 +1,7 @@
 """Paired comparison: sign, probability and resolution against cases with a known answer."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -66,3 +68,51 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     assert wide["difference"] == plain["difference"]
     assert wide["p_a_beats_b"] < plain["p_a_beats_b"]
     assert wide["resolvable_margin"] > 2 * plain["resolvable_margin"]
+
+
+def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
+    import json
+
+    import ml_collections
+
+    from configs import compare as compare_config
+    from configs import default
+    from tailaware import predict, simulate
+
+    bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
+    bench_b = simulate.second_system(bench_a, seed=1)
+    config = default.get_config()
+    config.protocol.nested_replicates = 20
+    preds = []
+    for i, bench in enumerate((bench_a, bench_b)):
+        scores = simulate.draw(bench, 0.01, 4000, seed=10 + i).scores
+        ids = np.asarray([f"q{j}" for j in range(scores.num_queries)])
+        scores = dataclasses.replace(scores, query_ids=ids)
+        preds.append(predict.predict(scores, config, bench.n_pool))
+        with open(tmp_path / f"{'ab'[i]}.json", "w") as f:
+            json.dump(preds[-1], f, default=float)
+    cfg = compare_config.get_config()
+    cfg.a, cfg.b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    compare.run(cfg, str(tmp_path / "w"))
+    with open(tmp_path / "w" / "comparison.json") as f:
+        out = json.load(f)
+    a, b = preds
+    assert out["difference"] == pytest.approx(a["map"] - b["map"], abs=1e-9)
+    assert a["uncertainty"]["sd_distractor"] > 0 and out["threshold_deviation"] > 0
+    # Every term in quadrature: the paired query sd, both distractor sds, the threshold term.
+    diff = np.asarray(a["per_query_ap"]) - np.asarray(b["per_query_ap"])
+    sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
+    sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
+    expect = np.sqrt(sd_pairs**2 + sd_d[0] ** 2 + sd_d[1] ** 2)
+    expect = np.hypot(expect, bootstrap.THRESHOLD_SD * out["threshold_deviation"])
+    assert out["sd"] == pytest.approx(expect, rel=0.1)
+
+    # Predictions of other queries, or at another N, are refused by name.
+    b_other = dict(b, query_ids=list(reversed(b["query_ids"])))
+    with pytest.raises(ValueError, match="'query_ids': query 0"):
+        compare.predictions(a, b_other)
+    with pytest.raises(ValueError, match="'n_target'"):
+        compare.predictions(a, dict(b, n_target=10**9))
+    bad = ml_collections.ConfigDict(dict(cfg, b=str(tmp_path / "missing.json")))
+    with pytest.raises(ValueError, match="missing.json: not a readable prediction.json"):
+        compare.run(bad, str(tmp_path / "w2"))

@@ -184,14 +184,14 @@ def test_config_fields_are_read(scores, results, monkeypatch):
     # top_m and threshold_quantile reach the JAX core (spied, to spare a compilation).
     seen = {}
 
-    def spy(pos, tail, s, q, method):
-        seen.update(width=tail.shape[1], q=q, method=method)
+    def spy(pos, tail, s, q, method, reruns):
+        seen.update(width=tail.shape[1], q=q, method=method, reruns=reruns)
         raise RuntimeError("spied")
 
     monkeypatch.setattr(hardness, "_estimate_jit", spy)
     with pytest.raises(RuntimeError, match="spied"):
         hardness.evt_averaged(scores, _config(top_m=500, threshold_quantile=0.9))
-    assert seen == {"width": 500, "q": 0.9, "method": "mean"}
+    assert seen == {"width": 500, "q": 0.9, "method": "mean", "reruns": False}
 
 
 def test_posterior_reads_short_and_long_bounded_tails():
@@ -354,12 +354,18 @@ def test_threshold_stability_flags_a_changing_tail():
 
 
 @pytest.mark.parametrize("name", ["evt", "evt_averaged"])
-def test_threshold_sensitivity_reruns_the_estimator_at_other_thresholds(scores, name):
+def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # Half and twice the excesses over the q = 0.95 threshold are the thresholds of q = 0.975
-    # and q = 0.9: the reruns (one vmapped program) against the estimator run at those quantiles.
-    half, double = hardness.threshold_sensitivity(
-        scores, _config(), hardness.ESTIMATOR_METHODS[name]
-    )
+    # and q = 0.9: the reruns (one vmapped program with the estimate) against the estimator run
+    # at those quantiles; the estimate itself is the one computed without reruns.
+    got = hardness.estimate(scores, _config(), hardness.ESTIMATOR_METHODS[name], reruns=True)
+    alone = estimators.get(name)(scores, _config())
+    assert alone.reruns == ()
+    np.testing.assert_allclose(got.x, alone.x, rtol=1e-4, atol=1e-12)  # float32 rounding
+    np.testing.assert_array_equal(got.tail_priced, alone.tail_priced)
+    if alone.atoms is not None:
+        np.testing.assert_allclose(got.weights, alone.weights, rtol=1e-4, atol=1e-7)
+    half, double = got.reruns
     for rerun, q in ((half, 0.975), (double, 0.9)):
         ref = estimators.get(name)(scores, _config(threshold_quantile=q))
         np.testing.assert_array_equal(rerun.tail_priced, ref.tail_priced)

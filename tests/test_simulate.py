@@ -29,6 +29,29 @@ def test_survival_inverts(family):
         assert (bench.x[above] > 0).all() and (bench.x[above] < 1e-4).all()
 
 
+@pytest.mark.parametrize("family", ["kumaraswamy", "truncnorm", "normal"])
+def test_second_system_is_paired_and_consistent(family):
+    a = simulate.make_benchmark(400, family=family, seed=0)
+    b = simulate.second_system(a, seed=1, shift=0.3, spread=0.5)
+    np.testing.assert_array_equal(b.mask, a.mask)
+    assert not np.allclose(b.law["e"], a.law["e"])  # a distractor law of its own
+    # Its positives carry its hardness under its own law; immune ones sit above its endpoint.
+    x = simulate.survival(b.law, family, np.where(b.mask, b.pos_scores, 0.0))
+    np.testing.assert_allclose(x[b.mask], b.x[b.mask], rtol=1e-6, atol=1e-300)
+    assert (np.diff(np.where(b.mask, b.x, 2.0), axis=1) >= 0).all()  # sorted by hardness
+    if family in simulate.BOUNDED:
+        immune = b.mask & (b.x == 0)
+        np.testing.assert_array_equal(immune, a.mask & (a.x == 0))
+        assert (
+            b.pos_scores[immune] > np.broadcast_to(b.law["e"][:, None], b.x.shape)[immune]
+        ).all()
+    # Paired: hardness correlated with the first system's, harder by the shift on average.
+    both = a.mask & (a.x > 1e-12) & (b.x > 1e-12)
+    la, lb = np.log(a.x[both]), np.log(b.x[both])
+    assert np.corrcoef(la, lb)[0, 1] > 0.8
+    assert np.median(lb - la) == pytest.approx(0.3, abs=0.15)
+
+
 @pytest.mark.parametrize("family", simulate.FAMILIES)
 def test_draw_matches_brute_force_law(family):
     # A small pool drawn literally (N uniforms, a uniform S-subset) against the simulator: the

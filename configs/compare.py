@@ -1,0 +1,21 @@
+"""Compare two systems' predictions on the same queries (paired bootstrap of A - B at N).
+
+Command:
+  python launch.py --config=configs/compare.py --config.a=A/prediction.json \
+      --config.b=B/prediction.json --workdir=DIR
+Writes DIR/comparison.json: the difference, its 90% / 95% intervals (query bootstrap plus both
+systems' distractor-sample and threshold terms), P(A beats B) and the resolvable margin.
+"""
+
+import ml_collections
+
+
+def get_config(arg=None):
+    del arg
+    c = ml_collections.ConfigDict()
+    c.job = "tailaware.compare"
+    c.a = ""  # prediction.json of system A (the predict job's)
+    c.b = ""  # prediction.json of system B, same queries
+    c.replicates = 1000
+    c.seed = 0
+    return c
