@@ -37,7 +37,7 @@ def _parse():
     p.add_argument("--draws", type=int, default=8)
     p.add_argument("--fractions", default="0.0005,0.01,0.05")
     p.add_argument("--families", default="kumaraswamy,truncnorm")
-XX
+    p.add_argument("--shift", type=float, default=0.7, help="B's log hardness shift")
     p.add_argument("--spread", type=float, default=0.5, help="sd of B's log hardness factor")
     return p.parse_args()
 
