@@ -62,6 +62,7 @@ class HostBackend:
     """
 
     speculates = True  # filtering at a guessed floor cuts the selection work several times
+    FLOOR_SPARE = 1024  # buffer slots beyond M per query when filtering at a floor
 
     def __init__(self, queries: np.ndarray, m: int, threads: int | None = None, chunk=4096):
         self.queries = np.ascontiguousarray(queries, np.float32)
@@ -88,9 +89,11 @@ class HostBackend:
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:
         self.drain()
-        # Below a floor few scores are buffered: room for one chunk beyond M suffices, and the
-        # narrower buffers cost fewer fresh pages (first touches run in parallel too).
-        width = self.m + self.chunk if state.floor is not None else 2 * self.m
+        # Below a floor few scores are buffered (a chunk adds tens per query): room for
+        # FLOOR_SPARE beyond M suffices (a row that overflows takes a dense selection of its
+        # chunk), and the narrower buffers cost fewer fresh pages (first touches run in parallel).
+        spare = min(self.chunk, self.FLOOR_SPARE)
+        width = self.m + spare if state.floor is not None else 2 * self.m
 
         def make(t):
             top = topk.HostTopM(pos_scores, self.m, state if t == 0 else None, width)
