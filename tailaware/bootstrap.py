@@ -414,7 +414,7 @@ def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviati
     variance (the two sources are independent; the quadrature keeps the 1000 cheap query
     replicates' tails rather than the percentiles of ~200 nested ones). The model term: a
     normal error of standard deviation `THRESHOLD_SD` x `deviation`, added in quadrature on each
-    side.
+    side. Every interval is cut to [0, 1].
 
     Args:
       point: the prediction.
@@ -437,15 +437,20 @@ def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviati
     for level in LEVELS:
         tag = f"ci{int(round(level * 100))}"
         lo, hi = percentile_interval(query_reps, level)
-        out[f"{tag}_query"] = [float(lo), float(hi)]
+        out[f"{tag}_query"] = _in_range(lo, hi)
         if nested is not None:
             dlo, dhi = percentile_interval(nested["distractor"], level)
             center = float(np.mean(nested["distractor"]))
-            out[f"{tag}_distractor"] = [point + float(dlo) - center, point + float(dhi) - center]
+            out[f"{tag}_distractor"] = _in_range(point + dlo - center, point + dhi - center)
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
-        out[f"{tag}_sampling"] = [float(lo), float(hi)]
+        out[f"{tag}_sampling"] = _in_range(lo, hi)
         z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
         lo, hi = point - np.hypot(point - lo, z * sd_m), point + np.hypot(hi - point, z * sd_m)
-        out[tag] = [float(lo), float(hi)]
+        out[tag] = _in_range(lo, hi)
     return out
+
+
+def _in_range(lo, hi) -> list[float]:
+    """Returns [lo, hi] cut to [0, 1], the range of mAP@k (a normal widening can pass it)."""
+    return [float(max(lo, 0.0)), float(min(hi, 1.0))]

@@ -168,6 +168,21 @@ def test_intervals_add_the_threshold_deviation_in_quadrature():
         assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, z * out["sd_model"]), rel=1e-4)
 
 
+def test_intervals_stay_inside_the_range_of_the_metric():
+    # Near mAP 1 (and 0) a normal widening passes the end of the range; intervals are cut there.
+    rng = np.random.default_rng(9)
+    for point in (0.97, 0.03):
+        q_reps = point + 0.01 * rng.standard_normal(1000)
+        nested = {"distractor": point + 0.02 * rng.standard_normal(200), "combined": q_reps[:200]}
+        out = bootstrap.intervals(point, q_reps, nested, deviation=0.02)
+        z = 1.6449
+        wide = z * np.hypot(out["sd_model"], 0.02)  # the unclipped interval reaches this far
+        assert point + wide > 1.0 or point - wide < 0.0
+        for tag in ("ci90", "ci95", "ci90_sampling", "ci90_query", "ci90_distractor"):
+            lo, hi = out[tag]
+            assert 0.0 <= lo <= point <= hi <= 1.0, (tag, lo, hi)
+
+
 def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     # A bounded (Kumaraswamy) law at a 1% sample of a 10^6 pool: the GPD tail over-prices the
     # positives (the prediction errs low by several query standard errors), which resampling
