@@ -11,7 +11,8 @@ Backends (all give the same top-M scores and counts on the same float32 scores):
 
 A backend has `scores(x)` (the search's arithmetic, e.g. for the positives), `start(pos, state)`,
 `add(x, ids)` per block, `state()` (in canonical order, `topk.sorted_state`) and `subset(rows)`
-(a backend for some of the queries). The host backend also `speculates`: `score_shards` guesses
+(a backend for some of the queries). The host backend scores a block while the caller reads
+the next (`drain` waits for it; `state` does too) and `speculates`: `score_shards` guesses
 each query's final M-th score from a random pilot sample of the rows, the backend filters at
 that floor, and queries where the guess proves too high get a second pass.
 
