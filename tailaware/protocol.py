@@ -24,6 +24,7 @@ blocks of the same sample).
 """
 
 import os
+from concurrent import futures
 
 import jax
 import jax.numpy as jnp
@@ -125,7 +126,10 @@ def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.n
     reruns = reruns or estimate(scores, config).reruns
     sizes = np.asarray(sizes, np.float64)
     k, fixed = int(config.k), scores.fixed_counts
-    return np.stack([predict.per_query_ap(h, sizes, k, fixed, scores).mean(axis=1) for h in reruns])
+    maps = lambda h: predict.per_query_ap(h, sizes, k, fixed, scores).mean(axis=1)
+    # Concurrently: a compiled E[AP] keeps ~1.2 of 2 cores busy and releases the GIL (-25%).
+    with futures.ThreadPoolExecutor(len(reruns)) as pool:
+        return np.stack(list(pool.map(maps, reruns)))
 
 
 def _tail_method(config) -> str | None:
