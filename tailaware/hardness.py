@@ -285,7 +285,13 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, me
 
 
 def _diagnostics(tail_scores, threshold_quantile, stack_main=True):
-    """The body of `diagnostics`, as JAX arrays (traced inside the estimator's jit).
+    """The body of `diagnostics`, as JAX arrays (traced inside the estimator's jit)."""
+    return _fit_info(*_stability_fits(tail_scores, threshold_quantile, stack_main))
+
+
+def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
+    """Returns the main fit's threshold u [Q], its fit, and per `STABILITY_FACTORS` the excesses
+    (u, y, mask) and the refit.
 
     The two threshold-stability refits run as one vmapped fit over [2 Q] problems padded to one
     width; with `stack_main` the main fit joins them ([3 Q] problems): one fitter in the
@@ -295,7 +301,8 @@ def _diagnostics(tail_scores, threshold_quantile, stack_main=True):
     one `log_tail_prob` and the nested bootstrap make.
     """
     u, y, mask = excesses(tail_scores, threshold_quantile)
-    parts = [excesses(tail_scores, threshold_quantile, f)[1:] for f in STABILITY_FACTORS]
+    others = [excesses(tail_scores, threshold_quantile, f) for f in STABILITY_FACTORS]
+    parts = [p[1:] for p in others]
     if stack_main:
         parts = [(y, mask), *parts]
     width = max(y_k.shape[1] for y_k, _ in parts)
@@ -307,6 +314,12 @@ def _diagnostics(tail_scores, threshold_quantile, stack_main=True):
     q = tail_scores.shape[0]
     fits = [jax.tree.map(lambda a, i=i: a[i * q : (i + 1) * q], every) for i in range(len(parts))]
     fit, *refits = fits if stack_main else [jax.vmap(gpd.fit)(y, mask), *fits]
+    return u, fit, others, refits
+
+
+def _fit_info(u, fit, others, refits):
+    """Returns `diagnostics`' fields from `_stability_fits`' outputs."""
+    del others
     info = {
         "u": u,
         "n_exceed": fit.n,
@@ -357,7 +370,8 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
     cost no compilation of their own (the batched estimate equals the plain one up to float32
     rounding: relative 1e-5 in x).
     """
-    info = _diagnostics(tail_scores, threshold_quantile, stack_main=method == "mean")
+    fits = _stability_fits(tail_scores, threshold_quantile, stack_main=method == "mean")
+    info = _fit_info(*fits)
     dtype = tail_scores.dtype
     factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
     width = _width(tail_scores.shape[1], threshold_quantile, max(factors))
@@ -378,15 +392,16 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
     log_x = _plug_in_log_x(pos_scores, u, mask, n_sample, info["xi"], info["sigma"])
     if not reruns:
         return log_x, info, None, None, None
-
-    def rerun(factor):
-        u, y, mask = excesses(tail_scores, threshold_quantile, factor, width)
-        fit = jax.vmap(gpd.fit)(y, mask)
-        log_x = _plug_in_log_x(pos_scores, u, mask, n_sample, fit.xi, fit.sigma)[..., None]
-        return log_x, jnp.ones((tail_scores.shape[0], 1), dtype), u, jnp.any(mask, axis=1)
-
-    extra = jax.vmap(rerun)(jnp.asarray(STABILITY_FACTORS, dtype))
-    return log_x, info, None, None, extra
+    # The plug-in reruns are the diagnostics' threshold-stability refits.
+    _, _, others, refits = fits
+    log_xs = [
+        _plug_in_log_x(pos_scores, u_f, mask_f, n_sample, refit.xi, refit.sigma)[..., None]
+        for (u_f, _, mask_f), refit in zip(others, refits, strict=True)
+    ]
+    ones = jnp.ones((len(refits), tail_scores.shape[0], 1), dtype)
+    us = jnp.stack([u_f for u_f, _, _ in others])
+    fitted = jnp.stack([jnp.any(mask_f, axis=1) for _, _, mask_f in others])
+    return log_x, info, None, None, (jnp.stack(log_xs), ones, us, fitted)
 
 
 def _host_inputs(scores: SampledScores, cfg):
