@@ -60,24 +60,18 @@ def best_of(fn, repeats):
 def shards_of(x, shard_rows):
     """In-memory shards of `shard_rows` rows (sample fraction 1 never hashes their ids).
 
-    Like the library's readers (`tailaware.ilias`), a contiguous range of rows is read as
-    one slice (here a view, as from a memory-mapped `.npy` shard), other rows by gather.
+    They read rows as the library's readers do (`ilias.take_rows`): a contiguous range as one
+    slice (here a view, as from a memory-mapped `.npy` shard), other rows by gather.
     """
-    from tailaware import scoring
+    from tailaware import ilias, scoring
 
     def shard(i, start):
         n = min(shard_rows, x.shape[0] - start)
         ids = lambda: np.arange(n).astype(str)
-        return scoring.Shard(i, f"mem{i}", n, ids, lambda rows: rows_of(x[start : start + n], rows))
+        read = lambda rows: ilias.take_rows(x[start : start + n], rows)
+        return scoring.Shard(i, f"mem{i}", n, ids, read)
 
     return [shard(i, s) for i, s in enumerate(range(0, x.shape[0], shard_rows))]
-
-
-def rows_of(a, rows):
-    """`a[rows]`, as a view when the rows are a contiguous range (as the library's readers do)."""
-    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
-        return a[rows[0] : rows[-1] + 1]
-    return a[rows]
 
 
 def scoring_pass(backend_name, queries, x, m, block, n_pos=6):

@@ -437,20 +437,21 @@ def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviati
     for level in LEVELS:
         tag = f"ci{int(round(level * 100))}"
         lo, hi = percentile_interval(query_reps, level)
-        out[f"{tag}_query"] = _in_range(lo, hi)
+        out[f"{tag}_query"] = in_range(lo, hi)
         if nested is not None:
             dlo, dhi = percentile_interval(nested["distractor"], level)
             center = float(np.mean(nested["distractor"]))
-            out[f"{tag}_distractor"] = _in_range(point + dlo - center, point + dhi - center)
+            out[f"{tag}_distractor"] = in_range(point + dlo - center, point + dhi - center)
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
-        out[f"{tag}_sampling"] = _in_range(lo, hi)
+        out[f"{tag}_sampling"] = in_range(lo, hi)
         z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
         lo, hi = point - np.hypot(point - lo, z * sd_m), point + np.hypot(hi - point, z * sd_m)
-        out[tag] = _in_range(lo, hi)
+        out[tag] = in_range(lo, hi)
     return out
 
 
-def _in_range(lo, hi) -> list[float]:
-    """Returns [lo, hi] cut to [0, 1], the range of mAP@k (a normal widening can pass it)."""
-    return [float(max(lo, 0.0)), float(min(hi, 1.0))]
+def in_range(lo, hi, low=0.0) -> list[float]:
+    """Returns [lo, hi] cut to [low, 1]: the range of mAP@k, or of a difference of two (low =
+    -1); a normal widening can pass it."""
+    return [float(max(lo, low)), float(min(hi, 1.0))]

@@ -70,7 +70,7 @@ def paired(
     out = {"difference": point, "sd": sd}
     for level in bootstrap.LEVELS:
         lo, hi = bootstrap.percentile_interval(reps, level)
-        out[f"ci{int(round(level * 100))}"] = [float(max(lo, -1.0)), float(min(hi, 1.0))]
+        out[f"ci{int(round(level * 100))}"] = bootstrap.in_range(lo, hi, low=-1.0)
     out["p_a_beats_b"] = float(np.mean(reps > 0))
     out["resolvable_margin"] = float(stats.norm.ppf(0.95) * sd)
     out["resolved"] = bool(out["ci90"][0] > 0 or out["ci90"][1] < 0)

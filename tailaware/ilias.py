@@ -93,12 +93,13 @@ def _open_shard(number: int, path: str, dim: int) -> scoring.Shard:
             arr = _check_npy(path, np.load(path, mmap_mode="r"), dim)
         except ValueError as e:
             raise ValueError(f"{path}: not a readable .npy file ({e})") from e
+        read = lambda rows: take_rows(np.load(path, mmap_mode="r"), rows)
         return scoring.Shard(
             number,
             path,
             arr.shape[0],
             lambda: _read_txt_ids(path, arr.shape[0]),
-            lambda rows: _finite(path, _take(np.load(path, mmap_mode="r"), rows), "descriptors"),
+            lambda rows: _finite(path, read(rows), "descriptors"),
         )
     try:
         with h5py.File(path, "r") as f:
@@ -122,7 +123,7 @@ def _h5_rows(path: str):
         try:
             with h5py.File(path, "r") as f:
                 ds = f["features"]
-                x = _take(ds, rows) if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
+                x = take_rows(ds, rows) if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
         except OSError as e:
             raise ValueError(f"{path}: unreadable features ({e})") from e
         return _finite(path, x, "field 'features'")
@@ -130,8 +131,9 @@ def _h5_rows(path: str):
     return read
 
 
-def _take(array, rows: np.ndarray) -> np.ndarray:
-    """Returns `array[rows]`; a contiguous range of rows is read as one slice (fastest)."""
+def take_rows(array, rows: np.ndarray) -> np.ndarray:
+    """Returns `array[rows]` (a dataset, memory map or array); a contiguous range of rows is read
+    as one slice (fastest; a view of an in-memory array)."""
     rows = np.asarray(rows, np.int64)
     if rows.size and rows[-1] - rows[0] + 1 == rows.size:
         return np.asarray(array[rows[0] : rows[-1] + 1])

@@ -276,7 +276,7 @@ def second_system(bench: Benchmark, seed: int, shift: float = 0.3, spread: float
     the pool differently); immune positives stay immune.
     """
     rng = np.random.default_rng(seed)
-    law = make_benchmark(bench.x.shape[0], bench.n_pool, bench.family, seed=seed).law
+    law = _law(bench.family, bench.x.shape[0], np.random.default_rng(seed))
     factor = np.exp(shift + spread * rng.standard_normal(bench.x.shape))
     x = np.where(bench.mask, np.minimum(bench.x * factor, 0.5), np.inf)
     x = np.where(bench.mask, np.sort(x, axis=1), 0.0)
