@@ -80,12 +80,13 @@ def cell(bench, fraction, draws, config, k, seed=0) -> dict:
         truth = simulate.true_map(d.truth_counts, k)
         truths.append(truth)
         for name in ESTIMATORS:
-            h = estimators.get(name)(sc, config)
+            averaged = name == "evt_averaged"  # with its threshold reruns, for the interval
+            h = protocol.estimate(sc, config) if averaged else estimators.get(name)(sc, config)
             aps = predict.per_query_ap(h, bench.n_pool, k, sc.fixed_counts, sc)
             errors[name].append(float(aps.mean()) - truth)
-            if name == "evt_averaged":
+            if averaged:
                 point = float(aps.mean())
-                dev = protocol.threshold_deviation(sc, config, [bench.n_pool], [point])[0]
+                dev = protocol.threshold_deviation(sc, config, [bench.n_pool], [point], h)[0]
                 unc = bootstrap.intervals(point, bootstrap.query_bootstrap(aps), None, dev)
                 covered.append(unc["ci90"][0] <= truth <= unc["ci90"][1])
                 covered_query.append(unc["ci90_query"][0] <= truth <= unc["ci90_query"][1])

@@ -97,7 +97,10 @@ def one_draw(bench, fraction, seed, config, names, nested=None) -> dict:
     out = {"truth": simulate.true_map(d.truth_counts, k), "n_sample": scores.n_sample}
     preds, calib = {}, {}
     for name in names:
-        h = estimators.get(name)(scores, config)
+        if name == config.estimator:  # with its threshold reruns, for the interval
+            h = point = protocol.estimate(scores, config)
+        else:
+            h = estimators.get(name)(scores, config)
         aps = predict.per_query_ap(h, n, k, scores.fixed_counts, scores)
         preds[name] = float(aps.mean())
         if h.tail_priced.any():
@@ -115,9 +118,9 @@ def one_draw(bench, fraction, seed, config, names, nested=None) -> dict:
         )
         out["nested"] = nested
     at0 = None if nested is None else {key: val[0] for key, val in nested.items()}
-    point = float(point_aps.mean())
-    dev = protocol.threshold_deviation(scores, config, [float(n)], [point])[0]
-    out["interval"] = bootstrap.intervals(point, reps, at0, dev)
+    mean = float(point_aps.mean())
+    dev = protocol.threshold_deviation(scores, config, [float(n)], [mean], point)[0]
+    out["interval"] = bootstrap.intervals(mean, reps, at0, dev)
     out["predictions"] = preds
     out["calibration"] = calib
     return out
