@@ -3,10 +3,11 @@
 Command:
   python launch.py --config=configs/ilias.py --config.features=DIR \
       --config.sample_fraction=0.05 --workdir=W
-Writes W/sampled_scores.npz and W/prediction.json (`n_target` defaults to the number of
-distractors in DIR). With --config.sample_fraction=1.0 the evaluation is exact: prediction.json
-has "estimator": "exact" and `map` is the official mAP@k, and W/ranked_top1000.pkl holds the
-ranked lists in the official pickle layout. --config.queries=text scores the text queries.
+Writes W/sampled_scores.npz, W/prediction.json, its curve and the hardness artifact
+W/hardness.npz (`n_target` defaults to the number of distractors in DIR). With
+--config.sample_fraction=1.0 the evaluation is exact: prediction.json has "estimator": "exact"
+and `map` is the official mAP@k, and W/ranked_top1000.pkl holds the ranked lists in the
+official pickle layout. --config.queries=text scores the text queries.
 Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (see README).
 """
 
@@ -25,4 +26,5 @@ def get_config(arg=None):
     c.expected_shards = 0  # fail unless exactly this many shards (0: what the folder holds)
     c.checkpoint_every_s = 60.0  # write the per-process partial at most this often
     c.distributed = False  # call jax.distributed.initialize() (multi-host)
+    c.metadata = ""  # JSON object kept in the hardness artifact, e.g. '{"model": "dinov2_b14"}'
     return c

@@ -3,7 +3,12 @@
 Command:
   python launch.py --config=configs/predict.py --config.scores=FILE.npz \
       --config.n_target=100000000 --config.k=1000 --workdir=DIR
-Writes DIR/prediction.json; seconds on 2 CPU cores for ~1,200 queries.
+Writes DIR/prediction.json, DIR/prediction_curve.png and the hardness artifact DIR/hardness.npz;
+about 100 s on 2 CPU cores for ~1,200 queries (most of it the nested bootstrap).
+
+From the artifact, at any N and k, without the scores (seconds):
+  python launch.py --config=configs/predict.py --config.artifact=DIR/hardness.npz \
+      --config.n_target=1000000000 --workdir=DIR2
 """
 
 from configs import default
@@ -13,4 +18,6 @@ def get_config(arg=None):
     c = default.get_config(arg)
     c.job = "tailaware.predict"
     c.scores = ""  # path to the sampled-scores .npz
+    c.artifact = ""  # or: a hardness artifact .npz (a predict job's hardness.npz)
+    c.metadata = ""  # JSON object kept in the artifact, e.g. '{"model": "dinov2_b14"}'
     return c

@@ -19,6 +19,18 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `atoms` float64 [Q, P, A] and `weights` float64 [Q, A], optional together: the estimator's
   posterior over each positive's hardness (`estimators.Hardness.atoms`), which predictions
   average over; `x` is its mean.
+- `rerun_atoms` float64 [F, Q, P, A'] and `rerun_weights` float64 [F, Q, A'], optional together:
+  the estimate rerun with half and twice the excesses over its tail threshold
+  (`estimators.Hardness.reruns`; A' = 1 for a plug-in tail): the interval's threshold term.
+- `distractor_n` float64 [G] and `distractor_sd` float64 [G], optional together: the nested
+  bootstrap's distractor-sample sd of mAP@k at the gallery sizes `distractor_n` (ascending), as
+  the predict job measured it: the interval's distractor term, interpolated in log N (held
+  constant beyond the ends).
+
+Predictions from an artifact (`predict`, `prediction`; the predict job with
+`--config.artifact`) carry the reported interval of a prediction from the scores: the query
+bootstrap, widened by the stored distractor sd and the reruns' threshold term; a term whose
+fields are absent is left out (and said so).
 
 Loading validates every field like the sampled-scores reader and names the file, the field and
 the problem.
@@ -30,11 +42,14 @@ import os
 
 import numpy as np
 
-from tailaware import atomic, estimators
+from tailaware import atomic, estimators, protocol
 from tailaware import predict as predict_lib
 from tailaware.scores import SampledScores
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
+_SD_FIELDS = ("distractor_n", "distractor_sd")
+OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
+OPTIONAL += _SD_FIELDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +68,40 @@ class HardnessArtifact:
     pos_counts: np.ndarray | None = None
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
+    rerun_atoms: np.ndarray | None = None
+    rerun_weights: np.ndarray | None = None
+    distractor_n: np.ndarray | None = None
+    distractor_sd: np.ndarray | None = None
 
     @property
     def hardness(self) -> estimators.Hardness:
-        """The artifact as the estimators' `Hardness`."""
+        """The artifact as the estimators' `Hardness`, with its reruns (their `tail_priced` is
+        the estimate's: which positives a rerun's tail priced is not stored)."""
+        reruns = ()
+        if self.rerun_atoms is not None:
+            reruns = tuple(
+                estimators.Hardness(
+                    np.einsum("qpa,qa->qp", a, w), self.mask, self.tail_priced, {}, a, w
+                )
+                for a, w in zip(self.rerun_atoms, self.rerun_weights, strict=True)
+            )
         return estimators.Hardness(
-            self.x, self.mask, self.tail_priced, dict(self.fit), self.atoms, self.weights
+            self.x, self.mask, self.tail_priced, dict(self.fit), self.atoms, self.weights, reruns
         )
+
+
+def _rerun_fields(reruns) -> dict:
+    """Returns the `rerun_atoms` / `rerun_weights` fields of `Hardness.reruns` (none if empty)."""
+    if not reruns:
+        return {}
+    atoms = [h.x[:, :, None] if h.atoms is None else h.atoms for h in reruns]
+    weights = [np.ones((h.x.shape[0], 1)) if h.atoms is None else h.weights for h in reruns]
+    if len({a.shape for a in atoms}) != 1:
+        raise ValueError(f"reruns with different atom shapes: {[a.shape for a in atoms]}")
+    return {
+        "rerun_atoms": np.stack(atoms).astype(np.float64),
+        "rerun_weights": np.stack(weights).astype(np.float64),
+    }
 
 
 def from_hardness(
@@ -67,8 +109,13 @@ def from_hardness(
     scores: SampledScores,
     estimator: str,
     metadata: dict | None = None,
+    distractor_sd: tuple | None = None,
 ) -> HardnessArtifact:
-    """Returns the artifact of an estimate on `scores` (fit info kept where it is [Q])."""
+    """Returns the artifact of an estimate on `scores` (fit info kept where it is [Q]).
+
+    Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G]), the nested
+    bootstrap's distractor-sample sds at those gallery sizes (`distractor_sd_of`), or None.
+    """
     q = hardness.x.shape[0]
     fit = {
         name: np.asarray(v)
@@ -95,9 +142,31 @@ def from_hardness(
                     "weights": np.asarray(hardness.weights, np.float64),
                 }
             ),
+            **_rerun_fields(hardness.reruns),
+            **(
+                {}
+                if distractor_sd is None
+                else {
+                    "distractor_n": np.asarray(distractor_sd[0], np.float64),
+                    "distractor_sd": np.asarray(distractor_sd[1], np.float64),
+                }
+            ),
         },
         "<arrays>",
     )
+
+
+def distractor_sd_of(result: dict) -> tuple | None:
+    """Returns (sizes, sds) of a prediction's distractor-sample sd (`prediction.json`: the target
+    and the curve, ascending), or None when it has none (no nested bootstrap)."""
+    curve = result.get("curve", {})
+    sd = result.get("uncertainty", {}).get("sd_distractor")
+    if sd is None or "sd_distractor" not in curve:
+        return None
+    n = np.asarray([result["n_target"], *curve["n"]], np.float64)
+    sds = np.asarray([sd, *curve["sd_distractor"]], np.float64)
+    n, first = np.unique(n, return_index=True)
+    return n, sds[first]
 
 
 def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
@@ -116,8 +185,9 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
         arrays["query_ids"] = np.asarray(art.query_ids, dtype=str)
     if art.pos_counts is not None:
         arrays["pos_counts"] = art.pos_counts
-    if art.atoms is not None:
-        arrays["atoms"], arrays["weights"] = art.atoms, art.weights
+    for a, b in (("atoms", "weights"), ("rerun_atoms", "rerun_weights"), _SD_FIELDS):
+        if getattr(art, a) is not None:
+            arrays[a], arrays[b] = getattr(art, a), getattr(art, b)
     atomic.write_npz(path, **arrays)
 
 
@@ -138,8 +208,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     for name in REQUIRED:
         if name not in fields:
             fail(name, "missing (required)")
-    optional = ("query_ids", "pos_counts", "atoms", "weights")
-    extra = [f for f in fields if f not in REQUIRED + optional and not f.startswith("fit_")]
+    extra = [f for f in fields if f not in REQUIRED + OPTIONAL and not f.startswith("fit_")]
     if extra:
         fail(sorted(extra)[0], "unknown field")
 
@@ -192,7 +261,11 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     query_ids = fields.get("query_ids")
     if query_ids is not None and query_ids.shape != (q,):
         fail("query_ids", f"expected [Q] = [{q}], got shape {query_ids.shape}")
-    atoms, weights = _validate_atoms(fields, x.shape, fail)
+    atoms, weights = _validate_atoms(fields, ("atoms", "weights"), x.shape, fail)
+    rerun_atoms, rerun_weights = _validate_atoms(
+        fields, ("rerun_atoms", "rerun_weights"), x.shape, fail, reruns=True
+    )
+    distractor_n, distractor_sd = _validate_sd(fields, fail)
     pos_counts = fields.get("pos_counts")
     if pos_counts is not None:
         if pos_counts.dtype.kind != "i" or pos_counts.shape != x.shape:
@@ -213,35 +286,132 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         pos_counts=pos_counts,
         atoms=atoms,
         weights=weights,
+        rerun_atoms=rerun_atoms,
+        rerun_weights=rerun_weights,
+        distractor_n=distractor_n,
+        distractor_sd=distractor_sd,
     )
 
 
-def _validate_atoms(fields, shape, fail):
-    """Returns (atoms, weights) or (None, None); both or neither must be present."""
-    atoms, weights = fields.get("atoms"), fields.get("weights")
+def _validate_atoms(fields, names, shape, fail, reruns=False):
+    """Returns the atoms and weights named `names` ([Q, P, A] and [Q, A]; with `reruns` one more
+    leading axis [F]), or (None, None); both or neither must be present."""
+    (a_name, w_name), (atoms, weights) = names, (fields.get(n) for n in names)
     if atoms is None and weights is None:
         return None, None
     if atoms is None or weights is None:
-        fail("atoms" if atoms is None else "weights", "atoms and weights come together")
-    if atoms.dtype.kind != "f" or atoms.ndim != 3 or atoms.shape[:2] != shape:
-        fail("atoms", f"expected float [Q, P, A] with [Q, P] = {list(shape)}, got {atoms.shape}")
+        fail(a_name if atoms is None else w_name, f"{a_name} and {w_name} come together")
+    lead = "[F, " if reruns else "["
+    q_p = tuple(atoms.shape[reruns : reruns + 2])
+    if atoms.dtype.kind != "f" or atoms.ndim != 3 + reruns or q_p != shape:
+        want = f"float {lead}Q, P, A] with [Q, P] = {list(shape)}"
+        fail(a_name, f"expected {want}, got {atoms.shape}")
     if not np.isfinite(atoms).all() or (atoms < 0).any() or (atoms > 1).any():
-        fail("atoms", "hardness atoms must be finite and in [0, 1]")
-    if weights.dtype.kind != "f" or weights.shape != (shape[0], atoms.shape[2]):
-        fail(
-            "weights",
-            f"expected float [Q, A] = [{shape[0]}, {atoms.shape[2]}], got {weights.shape}",
-        )
+        fail(a_name, "hardness atoms must be finite and in [0, 1]")
+    want = atoms.shape[:reruns] + (shape[0], atoms.shape[-1])
+    if weights.dtype.kind != "f" or weights.shape != want:
+        fail(w_name, f"expected float {lead}Q, A] = {list(want)}, got {weights.shape}")
     if not np.isfinite(weights).all() or (weights < 0).any():
-        fail("weights", "weights must be finite and >= 0")
-    if not np.allclose(weights.sum(axis=1), 1.0, atol=1e-6):
-        fail("weights", "each query's weights must sum to 1")
+        fail(w_name, "weights must be finite and >= 0")
+    if not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-6):
+        fail(w_name, "each query's weights must sum to 1")
     return atoms.astype(np.float64), weights.astype(np.float64)
 
 
-def predict(art: HardnessArtifact, n, k: int) -> dict:
-    """Returns mAP@k and per-query AP@k at gallery size(s) n from the artifact alone."""
+def _validate_sd(fields, fail):
+    """Returns (distractor_n, distractor_sd) or (None, None); both or neither."""
+    n, sd = (fields.get(name) for name in _SD_FIELDS)
+    if n is None and sd is None:
+        return None, None
+    if n is None or sd is None:
+        fail("distractor_n" if n is None else "distractor_sd", "the two come together")
+    if n.dtype.kind not in "iuf" or n.ndim != 1 or n.size == 0:
+        fail("distractor_n", f"expected a numeric [G] array, got {n.dtype} {n.shape}")
+    if not np.isfinite(n).all() or (n < 1).any() or (np.diff(n) <= 0).any():
+        fail("distractor_n", "gallery sizes must be finite, >= 1 and strictly ascending")
+    if sd.dtype.kind != "f" or sd.shape != n.shape:
+        fail("distractor_sd", f"expected float [G] = [{n.size}], got {sd.dtype} {sd.shape}")
+    if not np.isfinite(sd).all() or (sd < 0).any():
+        fail("distractor_sd", "sds must be finite and >= 0")
+    return n.astype(np.float64), sd.astype(np.float64)
+
+
+def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int = 0) -> dict:
+    """Returns mAP@k, per-query AP@k and the reported intervals at gallery size(s) n from the
+    artifact alone.
+
+    Returns:
+      {"n": [G], "map": [G], "per_query_ap": [G, Q], "intervals": [G] `bootstrap.intervals`
+      dicts (query bootstrap of `replicates`, widened by the stored distractor sd and the
+      reruns' threshold term where the artifact has them), "ci90": [G, 2], "ci95": [G, 2]}.
+    """
     sizes = np.atleast_1d(np.asarray(n, np.float64))
     sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
-    aps = predict_lib.per_query_ap(art.hardness, sizes, k, art.fixed_counts, sample)
-    return {"n": sizes.tolist(), "map": aps.mean(axis=1).tolist(), "per_query_ap": aps}
+    h = art.hardness
+    aps = predict_lib.per_query_ap(h, sizes, k, art.fixed_counts, sample)
+    maps = protocol.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
+    opts = {"query_replicates": replicates, "seed": seed}
+    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=distractor_sd_at(art, sizes))
+    return {
+        "n": sizes.tolist(),
+        "map": aps.mean(axis=1).tolist(),
+        "per_query_ap": aps,
+        "intervals": bands,
+        "ci90": [b["ci90"] for b in bands],
+        "ci95": [b["ci95"] for b in bands],
+    }
+
+
+def distractor_sd_at(art: HardnessArtifact, sizes) -> np.ndarray | None:
+    """Returns the stored distractor-sample sd at `sizes` [G] (interpolated in log N, constant
+    beyond the stored range), or None when the artifact has none."""
+    if art.distractor_n is None:
+        return None
+    log_n = np.log(np.asarray(sizes, np.float64))
+    return np.interp(log_n, np.log(art.distractor_n), art.distractor_sd)
+
+
+def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -> dict:
+    """Returns prediction.json fields from the artifact at `n_target` (the predict job with
+    `--config.artifact`): the prediction, its intervals and the curve; no baselines, budget or
+    drift checks (they need the scores)."""
+    opts = protocol.settings(config)
+    k = int(config.k)
+    grid = np.geomspace(*protocol.CURVE_RANGE, int(opts["curve_points"]))
+    sizes = np.concatenate([[float(n_target)], grid])
+    got = predict(art, sizes, k, int(opts["query_replicates"]), int(opts["seed"]))
+    unc, *bands = got["intervals"]
+    point = got["map"][0]
+    missing = [
+        name
+        for name, field in (("distractor-sample", "distractor_n"), ("threshold", "rerun_atoms"))
+        if getattr(art, field) is None
+    ]
+    summary = [
+        f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
+        f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"
+        + (f"; the interval lacks the {' and '.join(missing)} term" if missing else ""),
+        f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
+        f"{unc['ci90'][1]:.4f}]",
+    ]
+    mask = art.mask
+    result = {
+        "map": point,
+        "estimator": art.estimator,
+        "n_target": int(n_target),
+        "n_sample": int(art.n_sample),
+        "k": k,
+        "num_queries": int(mask.shape[0]),
+        "per_query_ap": [float(a) for a in got["per_query_ap"][0]],
+        "baselines": {},
+        "share_tail_priced": float(art.tail_priced[mask].mean()),
+        "ci90": unc["ci90"],
+        "ci95": unc["ci95"],
+        "uncertainty": unc,
+        "curve": {"n": grid.tolist(), "map": got["map"][1:], "ci90": [b["ci90"] for b in bands]},
+        "diagnostics": {"summary": summary},
+        "artifact": {"path": source, "metadata": art.metadata},
+    }
+    if art.query_ids is not None:
+        result["query_ids"] = [str(q) for q in art.query_ids]
+    return result

@@ -404,7 +404,13 @@ def nested_bootstrap(
     }
 
 
-def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviation=0.0) -> dict:
+def intervals(
+    point: float,
+    query_reps: np.ndarray,
+    nested: dict | None,
+    deviation=0.0,
+    sd_distractor: float | None = None,
+) -> dict:
     """Returns the reported intervals at one gallery size.
 
     `ci90` / `ci95` is the sampling interval (`{tag}_sampling`) widened by the tail model's own
@@ -422,15 +428,22 @@ def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviati
       nested: None or {"distractor": [B'], "combined": [B']} at this size.
       deviation: how far the prediction moves when the tail threshold does (`protocol.
         threshold_deviation`); 0 for estimators without a tail model.
+      sd_distractor: the distractor replicates' sd where only it is known (a hardness artifact
+        stores it, `tailaware.artifact`): it widens the query interval as the replicates would,
+        and the distractor interval is normal. Ignored when `nested` is given.
     """
-    out = {"ci_method": "query" if nested is None else "nested"}
+    widen = nested is not None or sd_distractor is not None
+    out = {"ci_method": "nested" if widen else "query"}
     sd_q = float(np.std(query_reps, ddof=1))
     out["sd_query"] = sd_q
     sd_d = 0.0
     if nested is not None:
         sd_d = float(np.std(nested["distractor"], ddof=1))
-        out["sd_distractor"] = sd_d
         out["sd_combined"] = float(np.std(nested["combined"], ddof=1))
+    elif sd_distractor is not None:
+        sd_d = float(sd_distractor)
+    if widen:
+        out["sd_distractor"] = sd_d
     sd_m = THRESHOLD_SD * float(deviation)
     out["threshold_deviation"] = float(deviation)
     out["sd_model"] = sd_m
@@ -438,14 +451,17 @@ def intervals(point: float, query_reps: np.ndarray, nested: dict | None, deviati
         tag = f"ci{int(round(level * 100))}"
         lo, hi = percentile_interval(query_reps, level)
         out[f"{tag}_query"] = in_range(lo, hi)
+        z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
         if nested is not None:
             dlo, dhi = percentile_interval(nested["distractor"], level)
             center = float(np.mean(nested["distractor"]))
             out[f"{tag}_distractor"] = in_range(point + dlo - center, point + dhi - center)
+        elif widen:
+            out[f"{tag}_distractor"] = in_range(point - z * sd_d, point + z * sd_d)
+        if widen:
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         out[f"{tag}_sampling"] = in_range(lo, hi)
-        z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
         lo, hi = point - np.hypot(point - lo, z * sd_m), point + np.hypot(hi - point, z * sd_m)
         out[tag] = in_range(lo, hi)
     return out

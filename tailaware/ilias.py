@@ -334,10 +334,12 @@ def run(config, workdir: str) -> dict:
         lists = ranked_lists(state, all_scores, relevant, positives.ids, shards, int(config.k))
         lists["query_ids"] = [str(i) for i in queries.ids]
         _write_pickle(os.path.join(workdir, f"ranked_top{config.k}.pkl"), lists)
-    else:
-        result = predict.predict(scores, config, n_target)
-    result["queries"] = config.queries
-    predict.write_prediction(result, workdir)
+        result["queries"] = config.queries
+        predict.write_prediction(result, workdir)
+    else:  # prediction.json, its curve and the hardness artifact
+        provenance = {"features": config.features, "queries": config.queries}
+        extra = {"queries": config.queries}
+        result = predict.report(scores, config, n_target, workdir, extra, provenance)
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result
 

@@ -2,10 +2,14 @@
 
 `python launch.py --config=configs/predict.py --config.scores=FILE.npz --config.n_target=N
 --config.k=K --workdir=DIR` writes `DIR/prediction.json` (a public interface; README lists
-its fields) and prints a table of the prediction next to the baselines.
+its fields), its curve `DIR/prediction_curve.png` and the hardness artifact `DIR/hardness.npz`
+(`tailaware.artifact`), and prints a table of the prediction next to the baselines. With
+`--config.artifact=DIR/hardness.npz` instead of `--config.scores` it predicts from the artifact
+at any N and k, with the same interval, without the scores.
 """
 
 import functools
+import json
 import os
 
 import jax
@@ -70,12 +74,22 @@ def at_sample_ap(scores: scores_lib.SampledScores, k: int) -> np.ndarray:
     return metrics.ap_at_k_from_counts(counts, mask, k)
 
 
-def predict(scores: scores_lib.SampledScores, config, n_target: int) -> dict:
-    """Returns the prediction.json fields for `config.estimator` at gallery size `n_target`."""
+def predict(
+    scores: scores_lib.SampledScores,
+    config,
+    n_target: int,
+    hardness: estimators.Hardness | None = None,
+) -> dict:
+    """Returns the prediction.json fields for `config.estimator` at gallery size `n_target`.
+
+    `hardness` is the estimate to predict from (`protocol.estimate(scores, config)` when None:
+    the configured estimator with its threshold reruns, which the interval needs).
+    """
     if n_target < 1:
         raise ValueError(f"n_target must be a positive gallery size, got {n_target}")
     k = int(config.k)
-    hardness = protocol.estimate(scores, config)  # with its threshold reruns, for the interval
+    if hardness is None:
+        hardness = protocol.estimate(scores, config)
     aps = per_query_ap(hardness, n_target, k, scores.fixed_counts, scores)
     count_aps = per_query_ap(estimators.count(scores), n_target, k, scores.fixed_counts, scores)
     mask = scores.mask
@@ -129,13 +143,60 @@ def write_prediction(result: dict, workdir: str) -> str:
     return path
 
 
+def report(
+    scores: scores_lib.SampledScores,
+    config,
+    n_target: int,
+    workdir: str,
+    extra: dict | None = None,
+    metadata: dict | None = None,
+) -> dict:
+    """Predicts at `n_target` and writes prediction.json (with the `extra` fields), its curve
+    plot and the hardness artifact `hardness.npz` (its reruns and the distractor sds included;
+    `metadata` and `config.metadata`, a JSON object, join its provenance); returns the result."""
+    from tailaware import artifact  # it builds on this module
+
+    hardness = protocol.estimate(scores, config)
+    result = {**predict(scores, config, n_target, hardness), **(extra or {})}
+    metadata = {"evt": config.evt.to_dict(), **(metadata or {})}
+    if config.get("metadata", ""):
+        metadata.update(_metadata(config.metadata))
+    art = artifact.from_hardness(
+        hardness, scores, config.estimator, metadata, artifact.distractor_sd_of(result)
+    )
+    artifact.save(os.path.join(workdir, "hardness.npz"), art)
+    write_prediction(result, workdir)
+    protocol.plot_curve(os.path.join(workdir, "prediction_curve.png"), result)
+    return result
+
+
+def _metadata(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--config.metadata: not JSON ({e}): {text!r}") from e
+    if not isinstance(value, dict):
+        raise ValueError(f"--config.metadata: expected a JSON object, got {text!r}")
+    return value
+
+
 def run(config, workdir: str) -> None:
-    """The predict job: reads `config.scores`, predicts at `config.n_target`."""
-    if not config.scores:
-        raise ValueError("--config.scores must name a sampled-scores .npz file")
+    """The predict job: reads `config.scores` (or `config.artifact`), predicts at
+    `config.n_target`."""
+    if bool(config.scores) == bool(config.get("artifact", "")):
+        raise ValueError(
+            "give exactly one of --config.scores (a sampled-scores .npz file) and "
+            "--config.artifact (a hardness artifact .npz)"
+        )
     if config.n_target < 1:
         raise ValueError("--config.n_target must be the target gallery size N (>= 1)")
-    scores = scores_lib.load_scores(config.scores)
-    result = predict(scores, config, int(config.n_target))
+    if config.scores:
+        scores = scores_lib.load_scores(config.scores)
+        report(scores, config, int(config.n_target), workdir, metadata={"scores": config.scores})
+        return
+    from tailaware import artifact
+
+    art = artifact.load(config.artifact)
+    result = artifact.prediction(art, config, int(config.n_target), str(config.artifact))
     write_prediction(result, workdir)
     protocol.plot_curve(os.path.join(workdir, "prediction_curve.png"), result)

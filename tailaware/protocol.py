@@ -6,7 +6,8 @@ a count/tail diagnostic"):
 
 - `ci90`, `ci95` (+ `uncertainty`): nested-bootstrap intervals widened by the tail model's
   threshold sensitivity (`bootstrap.intervals`, `threshold_deviation`).
-- `curve`: predicted mAP@k for N from 10^3 to 10^9 with its 90% band.
+- `curve`: predicted mAP@k for N from 10^3 to 10^9 with its 90% band (and its distractor-sample
+  sd when the nested bootstrap ran, which the hardness artifact keeps).
 - `other_metrics`: recall@k and top-1 at N through the same law (expected ranks for recall,
   the Poisson form exp(-N x) for top-1), labelled as law predictions.
 - `baselines`: the given ones plus homogeneous and the power-law / log-uniform curve fits.
@@ -124,9 +125,16 @@ def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.n
         return None
     reruns = estimated.reruns if estimated is not None else ()
     reruns = reruns or estimate(scores, config).reruns
+    return rerun_maps(reruns, sizes, int(config.k), scores.fixed_counts, scores)
+
+
+def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
+    """Returns mAP@k [F, G] of each of the `reruns` (`Hardness`, a tuple) at the sizes [G], or
+    None when there are none; `fixed` and `sample` as in `predict.per_query_ap`."""
+    if not reruns:
+        return None
     sizes = np.asarray(sizes, np.float64)
-    k, fixed = int(config.k), scores.fixed_counts
-    maps = lambda h: predict.per_query_ap(h, sizes, k, fixed, scores).mean(axis=1)
+    maps = lambda h: predict.per_query_ap(h, sizes, k, fixed, sample).mean(axis=1)
     # Concurrently: a compiled E[AP] keeps ~1.2 of 2 cores busy and releases the GIL (-25%).
     with futures.ThreadPoolExecutor(len(reruns)) as pool:
         return np.stack(list(pool.map(maps, reruns)))
@@ -150,6 +158,33 @@ def threshold_deviation(scores: SampledScores, config, sizes, points, estimated=
 def _deviation(maps, points) -> np.ndarray:
     points = np.asarray(points, np.float64)
     return np.zeros_like(points) if maps is None else np.max(np.abs(maps - points), axis=0)
+
+
+def size_intervals(aps, opts, maps, nested=None, sd_distractor=None) -> list[dict]:
+    """Returns `bootstrap.intervals` at each gallery size.
+
+    Args:
+      aps: [G, Q] predicted AP@k per size and query (the query bootstrap resamples its columns).
+      opts: `settings` (query_replicates, seed).
+      maps: [F, G] the threshold reruns' mAP@k (`threshold_maps`), or None.
+      nested: `bootstrap.nested_bootstrap`'s replicates at the G sizes, or None.
+      sd_distractor: [G] the distractor replicates' sds where only they are known (an
+        artifact's), or None.
+
+    Each dict also holds `threshold_maps`: the reruns' mAP at its size (half, twice the
+    excesses), which `compare.threshold_deviation` pairs across two systems; None without reruns.
+    """
+    points = aps.mean(axis=1)
+    query_reps = bootstrap.query_bootstrap(aps, int(opts["query_replicates"]), int(opts["seed"]))
+    dev = _deviation(maps, points)
+    out = []
+    for g in range(len(points)):
+        nest = None if nested is None else {name: v[g] for name, v in nested.items()}
+        sd = None if sd_distractor is None else float(sd_distractor[g])
+        unc = bootstrap.intervals(float(points[g]), query_reps[g], nest, dev[g], sd)
+        unc["threshold_maps"] = None if maps is None else [float(v) for v in maps[:, g]]
+        out.append(unc)
+    return out
 
 
 def budget_check(subsamples, config, n_target: int, noise: float) -> dict:
@@ -259,22 +294,13 @@ def augment(
     aps = predict.per_query_ap(hardness, sizes, k, fixed, scores)  # [G, Q]
     points = aps.mean(axis=1)
 
-    query_reps = bootstrap.query_bootstrap(aps, int(opts["query_replicates"]), int(opts["seed"]))
     nested = None
     if int(opts["nested_replicates"]) > 0:
         nested = bootstrap.nested_bootstrap(
             scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
         )
     maps = threshold_maps(scores, config, sizes, hardness)
-    dev = _deviation(maps, points)
-    at = lambda g: None if nested is None else {name: v[g] for name, v in nested.items()}
-    unc = bootstrap.intervals(float(points[0]), query_reps[0], at(0), dev[0])
-    bands = [
-        bootstrap.intervals(float(points[g]), query_reps[g], at(g), dev[g])
-        for g in range(1, len(sizes))
-    ]
-    # The reruns' mAP at the target (half, twice the excesses): `compare.threshold_deviation`.
-    unc["threshold_maps"] = None if maps is None else [float(v) for v in maps[:, 0]]
+    unc, *bands = size_intervals(aps, opts, maps, nested=nested)
 
     try:
         subs = budget.nested_subsamples(scores, int(opts["budget_levels"]), int(opts["seed"]))
@@ -328,6 +354,7 @@ def augment(
             "n": grid.tolist(),
             "map": points[1:].tolist(),
             "ci90": [b["ci90"] for b in bands],
+            **({} if nested is None else {"sd_distractor": [b["sd_distractor"] for b in bands]}),
         },
         "other_metrics": other_metrics(hardness, fixed, n_target, k),
         "baselines": {**result.get("baselines", {}), "homogeneous": float(homog), **fits},

@@ -101,3 +101,107 @@ def test_malformed_files_are_named(tmp_path, sample, field, value, message):
         with pytest.raises(ValueError, match="missing"):
             artifact.load(bad)
     assert json.loads(json.dumps(art.metadata)) == {}
+
+
+def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval(tmp_path):
+    import dataclasses
+
+    from tailaware import compare
+    from tailaware import predict as predict_job
+
+    bench = simulate.make_benchmark(120, 10**7, seed=3)
+    scores = simulate.draw(bench, 0.01, 1000, seed=4).scores
+    ids = np.asarray([f"q{j}" for j in range(scores.num_queries)])
+    scores = dataclasses.replace(scores, query_ids=ids)
+    config = default.get_config()
+    config.evt.top_m = 1000
+    config.protocol.nested_replicates = 8
+    config.metadata = '{"model": "vit_b16", "pool": "simulated"}'
+    n = 10**7
+    want = predict_job.report(scores, config, n, str(tmp_path), metadata={"scores": "sim"})
+    art = artifact.load(tmp_path / "hardness.npz")
+    assert art.metadata["model"] == "vit_b16" and art.metadata["scores"] == "sim"
+    # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points).
+    assert art.rerun_atoms.shape[:3] == (2, *art.x.shape) and art.distractor_sd.size == 25
+
+    # At the target N the artifact reproduces the prediction and every part of its interval:
+    # the same per-query AP, the reruns' mAP, the distractor sd it stored.
+    got = artifact.prediction(art, config, n, "hardness.npz")
+    np.testing.assert_allclose(got["per_query_ap"], want["per_query_ap"], atol=1e-7)
+    for field in ("sd_query", "sd_distractor", "threshold_deviation"):
+        assert got["uncertainty"][field] == pytest.approx(want["uncertainty"][field], abs=1e-7)
+    np.testing.assert_allclose(got["ci90"], want["ci90"], atol=1e-6)
+    np.testing.assert_allclose(got["ci95"], want["ci95"], atol=1e-6)
+    np.testing.assert_allclose(got["curve"]["ci90"], want["curve"]["ci90"], atol=1e-6)
+
+    # Elsewhere: the sd between two stored sizes is between theirs; the interval is the
+    # query interval widened by it and by the threshold term in quadrature (`intervals`).
+    other = artifact.predict(art, [3e8], 1000)
+    unc = other["intervals"][0]
+    i = np.searchsorted(art.distractor_n, 3e8)
+    lo_sd, hi_sd = sorted(art.distractor_sd[i - 1 : i + 1])
+    assert lo_sd <= unc["sd_distractor"] <= hi_sd
+    point = other["map"][0]
+    q_lo, q_hi = unc["ci90_query"]
+    grow = np.hypot(1.0, unc["sd_distractor"] / unc["sd_query"])
+    z = 1.6448536269514722
+    expect_hi = point + np.hypot((q_hi - point) * grow, z * unc["sd_model"])
+    assert unc["ci90"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
+    assert unc["ci90"][0] < point < unc["ci90"][1]
+
+    # The job from the artifact, and a comparison of the two predictions (the same system).
+    cfg = default.get_config()
+    cfg.protocol.query_replicates = 1000
+    cfg.artifact, cfg.scores, cfg.n_target = str(tmp_path / "hardness.npz"), "", n
+    predict_job.run(cfg, str(tmp_path / "from_artifact"))
+    saved = json.loads((tmp_path / "from_artifact" / "prediction.json").read_text())
+    assert saved["map"] == pytest.approx(want["map"], abs=1e-7)
+    assert saved["diagnostics"]["summary"][0].startswith("FROM THE HARDNESS ARTIFACT")
+    same = compare.predictions(want, saved)
+    assert same["difference"] == pytest.approx(0.0, abs=1e-7)
+    assert same["threshold_deviation"] == pytest.approx(0.0, abs=1e-7)
+    assert not same["resolved"]
+    # Without the optional terms the interval says what it lacks and is the query interval.
+    bare = dataclasses.replace(
+        art, rerun_atoms=None, rerun_weights=None, distractor_n=None, distractor_sd=None
+    )
+    plain = artifact.prediction(bare, config, n)
+    assert "lacks the distractor-sample and threshold term" in plain["diagnostics"]["summary"][0]
+    assert plain["ci90"] == plain["uncertainty"]["ci90_query"]
+    assert plain["uncertainty"]["ci_method"] == "query"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("rerun_atoms", lambda a: a["rerun_atoms"][:1, :, :-1], "expected float [F, Q, P, A]"),
+        ("rerun_weights", lambda a: a["rerun_weights"] * 3.0, "sum to 1"),
+        ("distractor_n", lambda a: a["distractor_n"][::-1], "ascending"),
+        ("distractor_sd", lambda a: a["distractor_sd"] * np.nan, "finite"),
+        ("distractor_sd", lambda a: a["distractor_sd"][:-1], "expected float [G]"),
+    ],
+)
+def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, message):
+    cfg = default.get_config()
+    cfg.evt.top_m = 100
+    from tailaware import protocol
+
+    h = protocol.estimate(sample, cfg)
+    sizes = np.geomspace(1e3, 1e9, 5)
+    art = artifact.from_hardness(h, sample, "evt_averaged", None, (sizes, sizes * 0 + 0.01))
+    path = tmp_path / "ok.npz"
+    artifact.save(path, art)
+    assert artifact.load(path).rerun_atoms.shape[0] == 2
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays[field] = value(arrays)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=f"bad.npz: field '{field}': .*{re.escape(message)}"):
+        artifact.load(tmp_path / "bad.npz")
+    partner = {"rerun_atoms": "rerun_weights", "rerun_weights": "rerun_atoms"}.get(
+        field, "distractor_sd" if field == "distractor_n" else "distractor_n"
+    )
+    arrays.pop(partner)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=f"field '{partner}'"):
+        artifact.load(tmp_path / "bad.npz")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import ilias as ilias_config
-from tailaware import features, ilias, sampling
+from tailaware import artifact, features, ilias, sampling
 from tailaware import scores as scores_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,6 +156,12 @@ def test_sampled_mode_through_launch(folder, tmp_path):
     assert result["n_target"] == SHARDS * ROWS and result["n_sample"] == scores.n_sample
     assert result["estimator"] == ilias_config.get_config().estimator
     assert 0.0 <= result["map"] <= 1.0
+    # The hardness artifact beside it predicts the same mAP without the scores.
+    art = artifact.load(tmp_path / "hardness.npz")
+    assert art.metadata["features"] == str(folder) and art.n_sample == scores.n_sample
+    assert artifact.predict(art, result["n_target"], 1000)["map"][0] == pytest.approx(
+        result["map"], abs=1e-7
+    )
 
 
 def test_interrupted_run_resumes_to_identical_output(folder, tmp_path, monkeypatch):
