@@ -9,10 +9,18 @@ from typing import Any
 
 import numpy as np
 
+# The process's file-creation mask, read once at import (os.umask can only be read by setting
+# it): a finished file gets the permissions a plain open() would give it, not mkstemp's 0600.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yields a temporary path beside `path`; renames it onto `path` when the block succeeds."""
+    """Yields a temporary path beside `path`; renames it onto `path` when the block succeeds.
+
+    The file gets the permissions of a plain `open(path, "w")` (0666 less the umask).
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -21,6 +29,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
