@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import law
+from tailaware import dequantize, law
 from tailaware.scores import SampledScores
 
 LEVELS = (0.90, 0.95)
@@ -202,7 +202,7 @@ def core(scores: SampledScores, config, reference: SampledScores | None = None) 
     m_s = _kept(scores, top_m)
     keep = min(int(round(_n_excess(config, m_s) * width / k_ref)), m_s, width)
     tail = np.full((scores.num_queries, width), -np.inf, np.float32)
-    tail[:, :keep] = scores.tail_scores[:, :keep]
+    tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s])[:, :keep]
     mask = scores.mask
     return Core(
         jnp.asarray(tail),

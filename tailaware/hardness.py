@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from tailaware import estimators, gpd
+from tailaware import dequantize, estimators, gpd
 from tailaware.scores import SampledScores
 
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
@@ -406,7 +406,7 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
 
 def _host_inputs(scores: SampledScores, cfg):
     """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S, q)."""
-    tail = np.asarray(scores.tail_scores[:, : int(cfg.top_m)], np.float32)
+    tail = dequantize.spread_ties(scores.tail_scores[:, : int(cfg.top_m)])
     counts = np.where(scores.mask, scores.pos_counts, 0)
     pos = np.asarray(scores.pos_scores, np.float32)
     return pos, tail, counts, float(scores.n_sample), float(cfg.threshold_quantile)

@@ -1,0 +1,81 @@
+"""Rounded scores: the averaged estimator on float16 sampled scores, raw and with ties spread.
+
+Scores computed or stored in float16 sit on a grid of 2^-11 near 0.8; the top 200 of a sample
+span only tens of steps, and a GPD fit reads the pile-up of equal values as a short tail. Each
+cell simulates a benchmark (`tailaware.simulate`, N = 10^8), draws one sample, and predicts
+mAP@1000 from its float32 tail scores, from the same scores rounded to float16 as a file would
+hold them (`--positives` rounds the positives' scores too) with `tailaware.dequantize` switched
+off, and with it on (the default). Prints the error of each against the realized truth.
+
+Command (2 CPU cores, about a minute):
+  python benchmarks/rounded_scores.py --queries=500
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import default  # noqa: E402
+from tailaware import dequantize, hardness, predict, simulate  # noqa: E402
+from tailaware.scores import make_scores  # noqa: E402
+
+CELLS = (("paper", "kumaraswamy"), ("stress", "kumaraswamy"), ("paper", "normal"))
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--queries", type=int, default=500)
+    p.add_argument("--fractions", type=float, nargs="+", default=[0.0005, 0.01, 0.05])
+    p.add_argument("--positives", action="store_true", help="round the positives' scores too")
+    return p.parse_args()
+
+
+def _float16(scores, positives: bool):
+    """Returns the sample as a float16 file would hold it (counts recounted where stored)."""
+    tail = scores.tail_scores.astype(np.float16).astype(np.float32)
+    pos = scores.pos_scores
+    if positives:
+        pos = np.where(scores.mask, pos.astype(np.float16).astype(np.float32), np.nan)
+    covered = scores.mask & (pos >= tail[:, -1:])
+    seen = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    counts = np.where(scores.mask, np.where(covered, seen, scores.pos_counts), -1)
+    return make_scores(tail, pos, counts, scores.n_sample)
+
+
+def main():
+    args = _parse()
+    config = default.get_config()
+    tie_share = dequantize.TIE_SHARE
+
+    def error(scores, truth, spread=True):
+        dequantize.TIE_SHARE = tie_share if spread else np.inf
+        h = hardness.estimate(scores, config, "mean")
+        ap = predict.per_query_ap(h, 1e8, 1000, scores.fixed_counts, scores).mean()
+        return ap - truth
+
+    print(f"error of evt_averaged's mAP@1000 at N = 1e8 ({args.queries} queries, one draw)")
+    print(f"{'regime/family':<22}{'f':>8}{'float32':>10}{'f16 raw':>10}{'f16 spread':>12}")
+    for regime, family in CELLS:
+        bench = simulate.make_benchmark(
+            args.queries, family=family, seed=0, **simulate.REGIMES[regime]
+        )
+        for f in args.fractions:
+            d = simulate.draw(bench, f, 4000, seed=1)
+            truth = simulate.true_map(d.truth_counts, 1000)
+            half = _float16(d.scores, args.positives)
+            row = (error(d.scores, truth), error(half, truth, False), error(half, truth))
+            print(
+                f"{regime + '/' + family:<22}{f:>8.2%}{row[0]:>+10.4f}{row[1]:>+10.4f}"
+                f"{row[2]:>+12.4f}",
+                flush=True,
+            )
+    dequantize.TIE_SHARE = tie_share
+
+
+if __name__ == "__main__":
+    main()
