@@ -382,10 +382,13 @@ def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -
     got = predict(art, sizes, k, int(opts["query_replicates"]), int(opts["seed"]))
     unc, *bands = got["intervals"]
     point = got["map"][0]
+    from tailaware import hardness  # the tail estimators are the ones with these two terms
+
+    tail = art.estimator in hardness.ESTIMATOR_METHODS
     missing = [
         name
         for name, field in (("distractor-sample", "distractor_n"), ("threshold", "rerun_atoms"))
-        if getattr(art, field) is None
+        if tail and getattr(art, field) is None
     ]
     summary = [
         f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
