@@ -5,6 +5,9 @@ Command:
       --config.b=B/prediction.json --workdir=DIR
 Writes DIR/comparison.json: the difference, its 90% / 95% intervals (query bootstrap plus both
 systems' distractor-sample and threshold terms), P(A beats B) and the resolvable margin.
+At any N from the predict jobs' hardness artifacts (seconds):
+  python launch.py --config=configs/compare.py --config.a=A/hardness.npz \
+      --config.b=B/hardness.npz --config.n_target=1000000000 --workdir=DIR
 """
 
 import ml_collections
@@ -16,6 +19,9 @@ def get_config(arg=None):
     c.job = "tailaware.compare"
     c.a = ""  # prediction.json of system A (the predict job's)
     c.b = ""  # prediction.json of system B, same queries
+    # With hardness artifacts (hardness.npz) for a or b: the N and k to predict and compare at.
+    c.n_target = 0
+    c.k = 1000
     c.replicates = 1000
     c.seed = 0
     return c

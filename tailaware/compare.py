@@ -16,7 +16,10 @@ the 90% interval would just exclude 0, i.e. z_0.95 times the difference's sd.
 From two predict jobs' prediction.json files (`predictions`, or the command):
   python launch.py --config=configs/compare.py --config.a=A/prediction.json \
       --config.b=B/prediction.json --workdir=DIR
-writes DIR/comparison.json.
+writes DIR/comparison.json. Either may instead be a hardness artifact (`A/hardness.npz`, which
+the predict job writes beside its prediction): it is predicted at `--config.n_target` and
+`--config.k` first (`artifact.prediction`, with the same interval terms), so two systems can be
+compared at any N without their scores.
 """
 
 import json
@@ -136,19 +139,36 @@ def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, see
     return {"n_target": a["n_target"], "k": a["k"], "map_a": a["map"], "map_b": b["map"], **out}
 
 
+def _read(path: str, config) -> dict:
+    """Returns the prediction.json at `path`, or a hardness artifact's prediction at
+    `config.n_target` and `config.k` (a `.npz` path)."""
+    if str(path).endswith(".npz"):
+        from tailaware import artifact  # it builds on predict and protocol
+
+        n_target = int(config.get("n_target", 0))
+        if n_target < 1:
+            raise ValueError(
+                f"{path}: a hardness artifact needs --config.n_target, the N to compare at"
+            )
+        return artifact.prediction(artifact.load(path), config, n_target, str(path))
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable prediction.json ({e})") from e
+
+
 def run(config, workdir: str) -> None:
-    """The compare job: reads `config.a` and `config.b` (prediction.json), writes
-    `workdir/comparison.json`."""
+    """The compare job: reads `config.a` and `config.b` (prediction.json or hardness artifact),
+    writes `workdir/comparison.json`."""
     preds = []
     for name in ("a", "b"):
         path = config[name]
         if not path:
-            raise ValueError(f"--config.{name} must name a prediction.json (the predict job's)")
-        try:
-            with open(path) as f:
-                preds.append(json.load(f))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a readable prediction.json ({e})") from e
+            raise ValueError(
+                f"--config.{name} must name a prediction.json or hardness.npz (the predict job's)"
+            )
+        preds.append(_read(path, config))
     try:
         out = predictions(*preds, int(config.replicates), int(config.seed))
     except ValueError as e:

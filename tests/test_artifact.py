@@ -161,6 +161,23 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert same["difference"] == pytest.approx(0.0, abs=1e-7)
     assert same["threshold_deviation"] == pytest.approx(0.0, abs=1e-7)
     assert not same["resolved"]
+    # The compare job reads artifacts too, predicting them at its N (or refusing without one).
+    with open(tmp_path / "prediction.json") as f:
+        assert json.load(f)["map"] == pytest.approx(want["map"], abs=1e-12)
+    from configs import compare as compare_config
+
+    job = compare_config.get_config()
+    job.a, job.b = str(tmp_path / "hardness.npz"), str(tmp_path / "prediction.json")
+    with pytest.raises(ValueError, match="hardness.npz: a hardness artifact needs"):
+        compare.run(job, str(tmp_path / "cmp"))
+    job.n_target = n
+    compare.run(job, str(tmp_path / "cmp"))
+    out = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
+    assert out["difference"] == pytest.approx(0.0, abs=1e-7) and out["n_target"] == n
+    job.b, job.n_target = job.a, 10**9
+    compare.run(job, str(tmp_path / "cmp"))
+    out = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
+    assert out["n_target"] == 10**9 and out["map_a"] < want["map"]
     # Without the optional terms the interval says what it lacks and is the query interval.
     bare = dataclasses.replace(
         art, rerun_atoms=None, rerun_weights=None, distractor_n=None, distractor_sd=None
