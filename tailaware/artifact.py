@@ -22,10 +22,10 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `rerun_atoms` float64 [F, Q, P, A'] and `rerun_weights` float64 [F, Q, A'], optional together:
   the estimate rerun with half and twice the excesses over its tail threshold
   (`estimators.Hardness.reruns`; A' = 1 for a plug-in tail): the interval's threshold term.
-- `distractor_n` float64 [G] and `distractor_sd` float64 [G], optional together: the nested
-  bootstrap's distractor-sample sd of mAP@k at the gallery sizes `distractor_n` (ascending), as
-  the predict job measured it: the interval's distractor term, interpolated in log N (held
-  constant beyond the ends).
+- `distractor_n` float64 [G], `distractor_sd` float64 [G] and `distractor_k` int64 [], optional
+  together: the nested bootstrap's distractor-sample sd of mAP@k (at k = `distractor_k`) at the
+  gallery sizes `distractor_n` (ascending), as the predict job measured it: the interval's
+  distractor term at that k, interpolated in log N (held constant beyond the ends).
 
 Predictions from an artifact (`predict`, `prediction`; the predict job with
 `--config.artifact`) carry the reported interval of a prediction from the scores: the query
@@ -47,7 +47,7 @@ from tailaware import predict as predict_lib
 from tailaware.scores import SampledScores
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
-_SD_FIELDS = ("distractor_n", "distractor_sd")
+_SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
 OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
 OPTIONAL += _SD_FIELDS
 
@@ -72,6 +72,7 @@ class HardnessArtifact:
     rerun_weights: np.ndarray | None = None
     distractor_n: np.ndarray | None = None
     distractor_sd: np.ndarray | None = None
+    distractor_k: int | None = None
 
     @property
     def hardness(self) -> estimators.Hardness:
@@ -113,8 +114,9 @@ def from_hardness(
 ) -> HardnessArtifact:
     """Returns the artifact of an estimate on `scores` (fit info kept where it is [Q]).
 
-    Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G]), the nested
-    bootstrap's distractor-sample sds at those gallery sizes (`distractor_sd_of`), or None.
+    Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G], k), the
+    nested bootstrap's distractor-sample sds of mAP@k at those gallery sizes (`distractor_sd_of`),
+    or None.
     """
     q = hardness.x.shape[0]
     fit = {
@@ -149,6 +151,7 @@ def from_hardness(
                 else {
                     "distractor_n": np.asarray(distractor_sd[0], np.float64),
                     "distractor_sd": np.asarray(distractor_sd[1], np.float64),
+                    "distractor_k": np.asarray(distractor_sd[2], np.int64),
                 }
             ),
         },
@@ -157,8 +160,8 @@ def from_hardness(
 
 
 def distractor_sd_of(result: dict) -> tuple | None:
-    """Returns (sizes, sds) of a prediction's distractor-sample sd (`prediction.json`: the target
-    and the curve, ascending), or None when it has none (no nested bootstrap)."""
+    """Returns (sizes, sds, k) of a prediction's distractor-sample sd (`prediction.json`: the
+    target and the curve, ascending), or None when it has none (no nested bootstrap)."""
     curve = result.get("curve", {})
     sd = result.get("uncertainty", {}).get("sd_distractor")
     if sd is None or "sd_distractor" not in curve:
@@ -166,7 +169,7 @@ def distractor_sd_of(result: dict) -> tuple | None:
     n = np.asarray([result["n_target"], *curve["n"]], np.float64)
     sds = np.asarray([sd, *curve["sd_distractor"]], np.float64)
     n, first = np.unique(n, return_index=True)
-    return n, sds[first]
+    return n, sds[first], int(result["k"])
 
 
 def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
@@ -185,9 +188,9 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
         arrays["query_ids"] = np.asarray(art.query_ids, dtype=str)
     if art.pos_counts is not None:
         arrays["pos_counts"] = art.pos_counts
-    for a, b in (("atoms", "weights"), ("rerun_atoms", "rerun_weights"), _SD_FIELDS):
-        if getattr(art, a) is not None:
-            arrays[a], arrays[b] = getattr(art, a), getattr(art, b)
+    for group in (("atoms", "weights"), ("rerun_atoms", "rerun_weights"), _SD_FIELDS):
+        if getattr(art, group[0]) is not None:
+            arrays.update({name: np.asarray(getattr(art, name)) for name in group})
     atomic.write_npz(path, **arrays)
 
 
@@ -265,7 +268,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     rerun_atoms, rerun_weights = _validate_atoms(
         fields, ("rerun_atoms", "rerun_weights"), x.shape, fail, reruns=True
     )
-    distractor_n, distractor_sd = _validate_sd(fields, fail)
+    distractor_n, distractor_sd, distractor_k = _validate_sd(fields, fail)
     pos_counts = fields.get("pos_counts")
     if pos_counts is not None:
         if pos_counts.dtype.kind != "i" or pos_counts.shape != x.shape:
@@ -290,6 +293,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         rerun_weights=rerun_weights,
         distractor_n=distractor_n,
         distractor_sd=distractor_sd,
+        distractor_k=distractor_k,
     )
 
 
@@ -319,12 +323,15 @@ def _validate_atoms(fields, names, shape, fail, reruns=False):
 
 
 def _validate_sd(fields, fail):
-    """Returns (distractor_n, distractor_sd) or (None, None); both or neither."""
-    n, sd = (fields.get(name) for name in _SD_FIELDS)
-    if n is None and sd is None:
-        return None, None
-    if n is None or sd is None:
-        fail("distractor_n" if n is None else "distractor_sd", "the two come together")
+    """Returns (distractor_n, distractor_sd, distractor_k) or Nones; all three or none."""
+    n, sd, k = (fields.get(name) for name in _SD_FIELDS)
+    if n is None and sd is None and k is None:
+        return None, None, None
+    for name, value in zip(_SD_FIELDS, (n, sd, k), strict=True):
+        if value is None:
+            fail(name, f"{', '.join(_SD_FIELDS)} come together")
+    if k.shape != () or k.dtype.kind not in "iu" or int(k) < 1:
+        fail("distractor_k", f"expected an integer scalar >= 1, got {k!r}")
     if n.dtype.kind not in "iuf" or n.ndim != 1 or n.size == 0:
         fail("distractor_n", f"expected a numeric [G] array, got {n.dtype} {n.shape}")
     if not np.isfinite(n).all() or (n < 1).any() or (np.diff(n) <= 0).any():
@@ -333,7 +340,7 @@ def _validate_sd(fields, fail):
         fail("distractor_sd", f"expected float [G] = [{n.size}], got {sd.dtype} {sd.shape}")
     if not np.isfinite(sd).all() or (sd < 0).any():
         fail("distractor_sd", "sds must be finite and >= 0")
-    return n.astype(np.float64), sd.astype(np.float64)
+    return n.astype(np.float64), sd.astype(np.float64), int(k)
 
 
 def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int = 0) -> dict:
@@ -351,7 +358,8 @@ def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int 
     aps = predict_lib.per_query_ap(h, sizes, k, art.fixed_counts, sample)
     maps = protocol.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
     opts = {"query_replicates": replicates, "seed": seed}
-    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=distractor_sd_at(art, sizes))
+    sd = distractor_sd_at(art, sizes, k)
+    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=sd)
     return {
         "n": sizes.tolist(),
         "map": aps.mean(axis=1).tolist(),
@@ -362,10 +370,10 @@ def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int 
     }
 
 
-def distractor_sd_at(art: HardnessArtifact, sizes) -> np.ndarray | None:
-    """Returns the stored distractor-sample sd at `sizes` [G] (interpolated in log N, constant
-    beyond the stored range), or None when the artifact has none."""
-    if art.distractor_n is None:
+def distractor_sd_at(art: HardnessArtifact, sizes, k: int) -> np.ndarray | None:
+    """Returns the stored distractor-sample sd of mAP@k at `sizes` [G] (interpolated in log N,
+    constant beyond the stored range), or None when the artifact has none at this k."""
+    if art.distractor_n is None or art.distractor_k != int(k):
         return None
     log_n = np.log(np.asarray(sizes, np.float64))
     return np.interp(log_n, np.log(art.distractor_n), art.distractor_sd)
@@ -385,11 +393,12 @@ def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -
     from tailaware import hardness  # the tail estimators are the ones with these two terms
 
     tail = art.estimator in hardness.ESTIMATOR_METHODS
-    missing = [
-        name
-        for name, field in (("distractor-sample", "distractor_n"), ("threshold", "rerun_atoms"))
-        if tail and getattr(art, field) is None
-    ]
+    missing = []
+    if tail and distractor_sd_at(art, sizes, k) is None:
+        measured = art.distractor_k
+        missing.append("distractor-sample" + (f" (measured at k = {measured})" if measured else ""))
+    if tail and art.rerun_atoms is None:
+        missing.append("threshold")
     summary = [
         f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
         f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"

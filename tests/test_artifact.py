@@ -180,12 +180,22 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert out["n_target"] == 10**9 and out["map_a"] < want["map"]
     # Without the optional terms the interval says what it lacks and is the query interval.
     bare = dataclasses.replace(
-        art, rerun_atoms=None, rerun_weights=None, distractor_n=None, distractor_sd=None
+        art,
+        rerun_atoms=None,
+        rerun_weights=None,
+        distractor_n=None,
+        distractor_sd=None,
+        distractor_k=None,
     )
     plain = artifact.prediction(bare, config, n)
     assert "lacks the distractor-sample and threshold term" in plain["diagnostics"]["summary"][0]
     assert plain["ci90"] == plain["uncertainty"]["ci90_query"]
     assert plain["uncertainty"]["ci_method"] == "query"
+    # The distractor sds were measured for mAP@1000: at another k the term is left out, and said.
+    cfg.k = 100
+    at_100 = artifact.prediction(art, cfg, n)
+    assert "distractor-sample (measured at k = 1000) term" in at_100["diagnostics"]["summary"][0]
+    assert "sd_distractor" not in at_100["uncertainty"]
 
 
 @pytest.mark.parametrize(
@@ -196,6 +206,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         ("distractor_n", lambda a: a["distractor_n"][::-1], "ascending"),
         ("distractor_sd", lambda a: a["distractor_sd"] * np.nan, "finite"),
         ("distractor_sd", lambda a: a["distractor_sd"][:-1], "expected float [G]"),
+        ("distractor_k", lambda a: np.asarray(0), "integer scalar >= 1"),
     ],
 )
 def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, message):
@@ -205,7 +216,7 @@ def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, mes
 
     h = protocol.estimate(sample, cfg)
     sizes = np.geomspace(1e3, 1e9, 5)
-    art = artifact.from_hardness(h, sample, "evt_averaged", None, (sizes, sizes * 0 + 0.01))
+    art = artifact.from_hardness(h, sample, "evt_averaged", None, (sizes, sizes * 0 + 0.01, 100))
     path = tmp_path / "ok.npz"
     artifact.save(path, art)
     assert artifact.load(path).rerun_atoms.shape[0] == 2
