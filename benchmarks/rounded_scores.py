@@ -22,7 +22,6 @@ sys.path.insert(0, ROOT)
 
 from configs import default  # noqa: E402
 from tailaware import dequantize, hardness, predict, simulate  # noqa: E402
-from tailaware.scores import make_scores  # noqa: E402
 
 CELLS = (("paper", "kumaraswamy"), ("stress", "kumaraswamy"), ("paper", "normal"))
 
@@ -33,18 +32,6 @@ def _parse():
     p.add_argument("--fractions", type=float, nargs="+", default=[0.0005, 0.01, 0.05])
     p.add_argument("--positives", action="store_true", help="round the positives' scores too")
     return p.parse_args()
-
-
-def _float16(scores, positives: bool):
-    """Returns the sample as a float16 file would hold it (counts recounted where stored)."""
-    tail = scores.tail_scores.astype(np.float16).astype(np.float32)
-    pos = scores.pos_scores
-    if positives:
-        pos = np.where(scores.mask, pos.astype(np.float16).astype(np.float32), np.nan)
-    covered = scores.mask & (pos >= tail[:, -1:])
-    seen = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
-    counts = np.where(scores.mask, np.where(covered, seen, scores.pos_counts), -1)
-    return make_scores(tail, pos, counts, scores.n_sample)
 
 
 def main():
@@ -67,7 +54,7 @@ def main():
         for f in args.fractions:
             d = simulate.draw(bench, f, 4000, seed=1)
             truth = simulate.true_map(d.truth_counts, 1000)
-            half = _float16(d.scores, args.positives)
+            half = simulate.rounded(d.scores, np.float16, args.positives)
             row = (error(d.scores, truth), error(half, truth, False), error(half, truth))
             print(
                 f"{regime + '/' + family:<22}{f:>8.2%}{row[0]:>+10.4f}{row[1]:>+10.4f}"

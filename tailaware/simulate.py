@@ -333,9 +333,7 @@ def draw(bench: Benchmark, fraction: float, top_m: int = 4000, seed: int = 0) ->
     counts = np.where(x <= u_m[:, None], in_tail, beyond)
     # float32 rounding may move a positive across a neighbouring tail score: the stored file
     # must agree with itself (scores.py validates it), so recount what the user would see.
-    covered = mask & (pos32 >= tail[:, -1:])
-    seen = (tail[:, None, :] > pos32[:, :, None]).sum(axis=2)
-    counts = np.where(covered, seen, counts)
+    counts = _recount(tail, pos32, mask, counts)
 
     unsampled = _nested_binomial(rng, n - s, np.zeros(q, np.int64), np.zeros(q), x, mask)
     truth = np.where(mask, counts + unsampled, -1)
@@ -347,6 +345,27 @@ def draw(bench: Benchmark, fraction: float, top_m: int = 4000, seed: int = 0) ->
         source=f"simulate.draw({bench.family}, f={fraction})",
     )
     return Draw(scores, truth)
+
+
+def _recount(tail, pos, mask, counts):
+    """Returns `counts` [Q, P] with those of positives at or above the M-th stored score
+    recounted from the stored `tail` (strictly greater scores), as a file of them holds."""
+    covered = mask & (pos >= tail[:, -1:])
+    seen = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    return np.where(covered, seen, counts)
+
+
+def rounded(scores: SampledScores, dtype=np.float16, positives: bool = False) -> SampledScores:
+    """Returns the sample as a file of `dtype`-rounded scores would hold it: the tail scores (and
+    with `positives` the positives' scores) rounded, the counts the stored tail decides
+    recounted; the rest of each count (beyond the stored tail) is kept."""
+    tail = scores.tail_scores.astype(dtype).astype(np.float32)
+    pos = scores.pos_scores
+    if positives:
+        pos = np.where(scores.mask, pos.astype(dtype).astype(np.float32), np.nan)
+    counts = _recount(tail, pos, scores.mask, scores.pos_counts)
+    counts = np.where(scores.mask, counts, -1)
+    return make_scores(tail, pos, counts, scores.n_sample, scores.fixed_counts, scores.query_ids)
 
 
 def true_map(truth_counts: np.ndarray, k: int) -> float:

@@ -7,7 +7,6 @@ from scipy import stats
 
 from configs import default
 from tailaware import dequantize, gpd, hardness, predict, simulate
-from tailaware.scores import make_scores
 
 
 def _rounded(x, step):
@@ -60,11 +59,8 @@ def test_float16_scores_predict_like_float32_ones(monkeypatch):
     bench = simulate.make_benchmark(300, family="kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=1)
     sc = d.scores
-    tail = sc.tail_scores.astype(np.float16).astype(np.float32)
-    covered = sc.mask & (sc.pos_scores >= tail[:, -1:])
-    seen = (tail[:, None, :] > sc.pos_scores[:, :, None]).sum(axis=2)
-    counts = np.where(sc.mask, np.where(covered, seen, sc.pos_counts), -1)
-    half = make_scores(tail, sc.pos_scores, counts, sc.n_sample)
+    half = simulate.rounded(sc, np.float16)
+    assert np.unique(half.tail_scores[0]).size < 0.5 * half.tail_scores.shape[1]  # ties
     cfg = default.get_config()
 
     def predicted(scores):
