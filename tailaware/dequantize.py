@@ -13,11 +13,11 @@ kept scores are visibly rounded (more than `TIE_SHARE` of them equal their neigh
 of t equal values is spread evenly over that interval, at v + d (1/2 - (i + 1/2) / t) for
 i = 0 .. t - 1, with d the row's smallest gap between distinct values (its grid step; where
 float16 scores cross a power of two, the finer step: a run then covers half its bin) or the gap
-to a neighbouring value if smaller. The top run is spread below its value
-only, over [v - d/2, v]: a bounded law's endpoint may lie inside the top bin, and spreading
-above the rounded maximum lengthens short tails (on the `stress` simulator, queries whose top
-200 scores span under 10 float16 steps: -0.014 of mAP@1000 at 5%; with the top run kept at or
-below v, +0.0001). The descending order and the stored values' bins are kept; the file and every
+to a neighbouring value if smaller. The top run is spread below its value only, over
+[v - d/2, v]: a bounded law's endpoint may lie inside the top bin, and spreading above the
+rounded maximum lengthens short tails (on the `stress` simulator, queries whose top 200 scores
+span under 10 float16 steps: -0.014 of mAP@1000 at 5%; with the top run kept at or below v,
++0.0001). The descending order and the stored values' bins are kept; the file and every
 positive's count are untouched (the spreading is the estimator's view of the tail only), and
 continuous scores (float32 similarities tie only occasionally, well under `TIE_SHARE`) are
 returned as they are.
