@@ -348,21 +348,30 @@ def draw(bench: Benchmark, fraction: float, top_m: int = 4000, seed: int = 0) ->
 
 
 def _recount(tail, pos, mask, counts):
-    """Returns `counts` [Q, P] with those of positives at or above the M-th stored score
-    recounted from the stored `tail` (strictly greater scores), as a file of them holds."""
+    """Returns `counts` [Q, P] as a file of the stored `tail` holds them: recounted (strictly
+    greater scores) for positives at or above the M-th stored score, and at least the stored
+    scores above for the others (rounding can lift a stored score over a positive)."""
     covered = mask & (pos >= tail[:, -1:])
     seen = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
-    return np.where(covered, seen, counts)
+    return np.where(covered, seen, np.maximum(counts, seen))
 
 
-def rounded(scores: SampledScores, dtype=np.float16, positives: bool = False) -> SampledScores:
-    """Returns the sample as a file of `dtype`-rounded scores would hold it: the tail scores (and
-    with `positives` the positives' scores) rounded, the counts the stored tail decides
-    recounted; the rest of each count (beyond the stored tail) is kept."""
-    tail = scores.tail_scores.astype(dtype).astype(np.float32)
+def rounded(
+    scores: SampledScores, dtype=np.float16, positives: bool = False, step: float = 0.0
+) -> SampledScores:
+    """Returns the sample as a file of rounded scores would hold it: the tail scores (and with
+    `positives` the positives' scores) rounded to `dtype`, or to multiples of `step` when it is
+    > 0; the counts recounted where the stored tail decides them."""
+
+    def cut(a):
+        if step > 0:
+            return (np.round(np.asarray(a, np.float64) / step) * step).astype(np.float32)
+        return np.asarray(a).astype(dtype).astype(np.float32)
+
+    tail = cut(scores.tail_scores)
     pos = scores.pos_scores
     if positives:
-        pos = np.where(scores.mask, pos.astype(dtype).astype(np.float32), np.nan)
+        pos = np.where(scores.mask, cut(pos), np.nan)
     counts = _recount(tail, pos, scores.mask, scores.pos_counts)
     counts = np.where(scores.mask, counts, -1)
     return make_scores(tail, pos, counts, scores.n_sample, scores.fixed_counts, scores.query_ids)
