@@ -12,15 +12,14 @@ A rounded value v stands for a true score in (v - d/2, v + d/2], d the grid step
 kept scores are visibly rounded (more than `TIE_SHARE` of them equal their neighbour), each run
 of t equal values is spread evenly over that interval, at v + d (1/2 - (i + 1/2) / t) for
 i = 0 .. t - 1, with d the row's smallest gap between distinct values (its grid step; where
-float16 scores cross a power of two, the finer step: a run then covers half its bin) or the gap
-to a neighbouring value if smaller. The top run is spread below its value only, over
-[v - d/2, v]: a bounded law's endpoint may lie inside the top bin, and spreading above the
-rounded maximum lengthens short tails (on the `stress` simulator, queries whose top 200 scores
-span under 10 float16 steps: -0.014 of mAP@1000 at 5%; with the top run kept at or below v,
-+0.0001). The descending order and the stored values' bins are kept; the file and every
-positive's count are untouched (the spreading is the estimator's view of the tail only), and
-continuous scores (float32 similarities tie only occasionally, well under `TIE_SHARE`) are
-returned as they are.
+float16 scores cross a power of two, the finer step: a run then covers half its bin). The top
+run is spread below its value only, over [v - d/2, v]: a bounded law's endpoint may lie inside
+the top bin, and spreading above the rounded maximum lengthens short tails (on the `stress`
+simulator, queries whose top 200 scores span under 10 float16 steps: -0.014 of mAP@1000 at 5%;
+with the top run kept at or below v, +0.0001). The descending order and the stored values'
+bins are kept; the file and every positive's count are untouched (the spreading is the
+estimator's view of the tail only), and continuous scores (float32 similarities tie only
+occasionally, well under `TIE_SHARE`) are returned as they are.
 """
 
 import numpy as np
@@ -38,7 +37,6 @@ def spread_ties(tail: np.ndarray) -> np.ndarray:
     repeated value), are left as they are. float32 in, float32 out.
     """
     tail = np.asarray(tail, np.float32)
-    q, m = tail.shape
     finite = np.isfinite(tail)
     tied = np.zeros_like(finite)
     tied[:, 1:] = finite[:, 1:] & (tail[:, 1:] == tail[:, :-1])
@@ -47,23 +45,15 @@ def spread_ties(tail: np.ndarray) -> np.ndarray:
         return tail
     rows = np.flatnonzero(rounded)
     t64, fin, tie = tail[rows].astype(np.float64), finite[rows], tied[rows]
+    m = tail.shape[1]
     col = np.arange(m)
     run = np.cumsum(~tie, axis=1) - 1 + (np.arange(rows.size) * m)[:, None]  # global run ids
     length = np.bincount(run.ravel(), minlength=rows.size * m)[run]
     start = np.maximum.accumulate(np.where(~tie, col, 0), axis=1)  # first column of the run
-    after = start + length  # first column after it
-    above = np.take_along_axis(t64, np.maximum(start - 1, 0), axis=1)
-    below_col = np.minimum(after, m - 1)
-    below = np.take_along_axis(t64, below_col, axis=1)
-    has_below = (after < m) & np.take_along_axis(fin, below_col, axis=1)
+    rank = (col - start) / length  # 0 for a run's first (largest) value
     with np.errstate(invalid="ignore"):  # -inf padding: its results are not used
         gaps = np.where(fin[:, 1:] & ~tie[:, 1:], t64[:, :-1] - t64[:, 1:], np.inf)
-        grid = gaps.min(axis=1, keepdims=True)  # the row's grid step: its smallest gap
-        step = np.minimum(
-            np.where(start > 0, above - t64, np.inf), np.where(has_below, t64 - below, np.inf)
-        )
-        step = np.minimum(step, grid)
-        rank = (col - start) / length  # 0 for a run's first (largest) value
+        step = gaps.min(axis=1, keepdims=True)  # the row's grid: its smallest distinct gap
         new = np.where(
             start == 0,
             t64 - 0.5 * step * rank,  # the top run: over [v - d/2, v], its largest kept at v
