@@ -390,9 +390,7 @@ def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -
     got = predict(art, sizes, k, int(opts["query_replicates"]), int(opts["seed"]))
     unc, *bands = got["intervals"]
     point = got["map"][0]
-    from tailaware import hardness  # the tail estimators are the ones with these two terms
-
-    tail = art.estimator in hardness.ESTIMATOR_METHODS
+    tail = protocol.tail_method(art.estimator) is not None  # it has these two terms
     missing = []
     if tail and distractor_sd_at(art, sizes, k) is None:
         measured = art.distractor_k

@@ -106,7 +106,7 @@ def subsample_predictions(subsamples, config, sizes) -> np.ndarray:
 def estimate(scores: SampledScores, config) -> estimators.Hardness:
     """Returns the configured estimator's `Hardness`, with its threshold reruns when it has a
     tail model (one compiled program: `hardness.estimate`)."""
-    method = _tail_method(config)
+    method = tail_method(config.estimator)
     if method is None:
         return estimators.get(config.estimator)(scores, config)
     from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
@@ -121,7 +121,7 @@ def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.n
     row each, at the gallery sizes `sizes` [G]; they are taken from `estimated` when it carries
     them. None for estimators without a tail model (count, homogeneous).
     """
-    if _tail_method(config) is None:
+    if tail_method(config.estimator) is None:
         return None
     reruns = estimated.reruns if estimated is not None else ()
     reruns = reruns or estimate(scores, config).reruns
@@ -140,10 +140,12 @@ def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
         return np.stack(list(pool.map(maps, reruns)))
 
 
-def _tail_method(config) -> str | None:
+def tail_method(estimator: str) -> str | None:
+    """Returns the tail model (`hardness.METHODS`) behind an estimator name, None without one
+    (count, homogeneous): the estimators whose intervals have threshold and distractor terms."""
     from tailaware import hardness
 
-    return hardness.ESTIMATOR_METHODS.get(config.estimator)
+    return hardness.ESTIMATOR_METHODS.get(estimator)
 
 
 def threshold_deviation(scores: SampledScores, config, sizes, points, estimated=None):
