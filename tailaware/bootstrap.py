@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import dequantize, law
+from tailaware import buckets, dequantize, law
 from tailaware.scores import SampledScores
 
 LEVELS = (0.90, 0.95)
@@ -216,9 +216,9 @@ def core(scores: SampledScores, config, reference: SampledScores | None = None) 
 
 
 @functools.partial(jax.jit, static_argnames=("k", "fn", "threshold_quantile"))
-def _point(tail, pos, counts, mask, fixed, s, sizes, table, k, fn, threshold_quantile):
+def _point(tail, pos, counts, mask, fixed, s, sizes, table, grouping, k, fn, threshold_quantile):
     atoms, w = fn(tail, pos, counts, mask, s, threshold_quantile)
-    one = lambda n: law.expected_map(atoms, mask, n, k, fixed, w, counts, s, table)[1]
+    one = lambda n: buckets.expected_map(atoms, mask, n, k, fixed, w, counts, s, table, grouping)
     aps = jax.vmap(one)(sizes)
     return aps, jnp.sum(atoms * w[:, None, :], axis=2)
 
@@ -234,7 +234,8 @@ def core_predict(c: Core, estimator: str, config, sizes) -> tuple[np.ndarray, np
         return None
     sizes = jnp.asarray(np.asarray(sizes, np.float64), jnp.float32)
     k = int(config.k)
-    aps, x = _point(*c[:6], sizes, law.rank_table(k), k=k, fn=fn, threshold_quantile=c[6])
+    table, grouping = law.rank_table(k), buckets.groups(c.mask)
+    aps, x = _point(*c[:6], sizes, table, grouping, k=k, fn=fn, threshold_quantile=c[6])
     aps, x = jax.device_get((aps, x))
     return np.asarray(aps, np.float64), np.asarray(x, np.float64)
 
@@ -305,7 +306,9 @@ def resample(key, tail, pos, counts, mask):
     n_finite = jnp.sum(finite, axis=1)[:, None]
     new_tail = jnp.where(jnp.arange(width)[None, :] < n_finite, new_tail, -jnp.inf)
 
-    n_above = jnp.sum(tail[:, None, :] > pos[:, :, None], axis=2)  # [Q, P]
+    # Stored scores above each positive [Q, P]: a binary search of the descending tail (a
+    # comparison of every pair costs Q x P x L, too much for queries with hundreds of positives).
+    n_above = jax.vmap(lambda t, p: jnp.searchsorted(-t, -p, side="left"))(tail, pos)
     w_above = jnp.where(
         n_above > 0, jnp.take_along_axis(cw, jnp.maximum(n_above - 1, 0), axis=1), 0
     )
@@ -333,6 +336,7 @@ def _nested(
     s,
     sizes,
     table,
+    grouping,
     k,
     fn,
     num_replicates,
@@ -345,7 +349,9 @@ def _nested(
         k_q, k_d = jax.random.split(key)
         t, c = resample(k_d, tail, pos, counts, mask)
         atoms, w = fn(t, pos, c, mask, s, threshold_quantile)
-        one_size = lambda n: law.expected_map(atoms, mask, n, k, fixed, w, c, s, table)[1]
+        one_size = lambda n: buckets.expected_map(
+            atoms, mask, n, k, fixed, w, c, s, table, grouping
+        )
         aps = jax.vmap(one_size)(sizes)
         idx = jax.random.randint(k_q, (q,), 0, q)
         return jnp.mean(aps, axis=1), jnp.mean(aps[:, idx], axis=1)
@@ -394,6 +400,7 @@ def nested_bootstrap(
         *c[:6],
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         law.rank_table(int(config.k)),
+        buckets.groups(c.mask),
         k=int(config.k),
         fn=fn,
         num_replicates=int(num_replicates),

@@ -17,13 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, estimators, law, metrics, protocol
+from tailaware import atomic, buckets, estimators, law, metrics, protocol
 from tailaware import scores as scores_lib
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample, table):
-    one = lambda n: law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample, table)[1]
+def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample, table, grouping):
+    one = lambda n: buckets.expected_map(
+        x, mask, n, k, fixed, weights, counts, n_sample, table, grouping
+    )
     return jax.vmap(one)(sizes)
 
 
@@ -41,7 +43,8 @@ def per_query_ap(
     The prediction is E[AP@k] under K_j ~ Poisson(n x_j) (`law.expected_map`), averaged over the
     estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
     `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it conditions on
-    the sample's own counts (the gallery contains the sample).
+    the sample's own counts (the gallery contains the sample). Queries with many more positives
+    than the rest are evaluated in groups of their own width (`tailaware.buckets`).
     """
     mask = hardness.mask
     x = hardness.x if hardness.atoms is None else hardness.atoms
@@ -62,6 +65,7 @@ def per_query_ap(
         counts,
         s,
         law.rank_table(int(k)),
+        buckets.groups(mask),
     )
     aps = np.asarray(jax.device_get(aps), np.float64)
     return aps if sizes.ndim else aps[0]

@@ -1,0 +1,114 @@
+"""Time and memory of a prediction when a few queries have far more positives than the rest.
+
+Positives are padded to the widest query; `tailaware.buckets` evaluates the law in groups of
+queries of similar width instead. Both sides run the same protocol on the same sample, each in
+a fresh process (compilation included, peak memory its own): the estimate with its threshold
+reruns, mAP@1000 on a 26-point curve, the threshold term, and optionally the nested bootstrap.
+`grouped` is the library as it is; `padded` the same code with grouping switched off
+(`buckets.MAX_SHARE = 0`), the reference.
+
+Command (2 CPU cores): python benchmarks/wide_queries.py [--wide_positives 390 --nested 10]
+Prints one JSON line: each side's seconds and peak memory, the ratios padded / grouped, and the
+largest difference of their per-query predictions.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--queries", type=int, default=1199, help="narrow queries (1-10 positives)")
+    p.add_argument("--wide", type=int, default=1, help="wide queries")
+    p.add_argument("--wide_positives", type=int, default=200, help="their mean positives")
+    p.add_argument("--fraction", type=float, default=0.05)
+    p.add_argument("--nested", type=int, default=0, help="nested-bootstrap replicates (0: skip)")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--out", default="", help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def _sample(args):
+    from tailaware import simulate
+    from tailaware.scores import make_scores
+
+    narrow = simulate.draw(simulate.make_benchmark(args.queries, seed=0), args.fraction, seed=1)
+    wide = simulate.make_benchmark(
+        args.wide, seed=5, mean_positives=args.wide_positives, max_positives=3 * args.wide_positives
+    )
+    narrow, wide = narrow.scores, simulate.draw(wide, args.fraction, seed=2).scores
+    p = int(wide.mask.sum(axis=1).max())  # P: the widest query's positives (packed first)
+    pad = lambda a, fill: np.pad(
+        a[:, :p], ((0, 0), (0, p - min(p, a.shape[1]))), constant_values=fill
+    )
+    cat = lambda name, fill: np.concatenate(
+        [pad(getattr(narrow, name), fill), pad(getattr(wide, name), fill)]
+    )
+    tail = np.concatenate([narrow.tail_scores, wide.tail_scores])
+    return make_scores(tail, cat("pos_scores", np.nan), cat("pos_counts", -1), narrow.n_sample)
+
+
+def child(args) -> None:
+    """Runs one side and writes its timings, peak memory and predictions to `args.out`."""
+    from configs import default
+    from tailaware import bootstrap, buckets, predict, protocol
+
+    if args.child == "padded":
+        buckets.MAX_SHARE = 0.0
+    scores = _sample(args)
+    config = default.get_config()
+    t0 = time.perf_counter()
+    hardness = protocol.estimate(scores, config)
+    sizes = np.concatenate([[1e8], np.geomspace(1e3, 1e9, 25)])
+    aps = predict.per_query_ap(hardness, sizes, 1000, scores.fixed_counts, scores)
+    protocol.threshold_deviation(scores, config, sizes, aps.mean(axis=1), hardness)
+    out = {"seconds": time.perf_counter() - t0}
+    if args.nested:
+        t1 = time.perf_counter()
+        bootstrap.nested_bootstrap(scores, config.estimator, config, sizes, args.nested)
+        out["nested_seconds"] = time.perf_counter() - t1
+    out["peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    out["widths"] = [int(scores.mask.shape[1]), int(scores.mask.sum(axis=1).max())]
+    np.save(args.out, aps)
+    with open(args.out + ".json", "w") as fh:
+        json.dump(out, fh)
+
+
+def main():
+    args = _parse()
+    if args.child:
+        child(args)
+        return
+    result = {"queries": args.queries, "wide": args.wide, "wide_positives": args.wide_positives}
+    aps = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side in ("grouped", "padded"):
+            out = os.path.join(tmp, f"{side}.npy")
+            cmd = [sys.executable, __file__, f"--child={side}", f"--out={out}"]
+            cmd += [f"--{k}={v}" for k, v in vars(args).items() if k not in ("child", "out")]
+            subprocess.run(cmd, check=True)
+            with open(out + ".json") as fh:
+                got = json.load(fh)
+            result["slots_and_widest"] = got.pop("widths")
+            result.update({f"{side}_{k}": v for k, v in got.items()})
+            aps[side] = np.load(out)
+    for key in ("seconds", "peak_gb", "nested_seconds"):
+        if f"grouped_{key}" in result:
+            result[f"ratio_{key}"] = result[f"padded_{key}"] / result[f"grouped_{key}"]
+    result["max_abs_difference"] = float(np.abs(aps["grouped"] - aps["padded"]).max())
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Queries grouped by their number of positives, so padded work follows each query's own count.
+
+Positives live in [Q, P] arrays padded to the widest query, and the law's E[AP]
+(`law.expected_map`) costs Q x P x atoms x gallery sizes: a few wide queries make every query pay
+for their width. With 1,199 simulated queries of up to 10 positives plus one of 191 (a
+landmark-style query), the protocol without the nested bootstrap took 40 s and 6.6 GB padded,
+11 s and 1.4 GB grouped (`benchmarks/wide_queries.py`). `groups(mask)` splits the queries by
+their positive count rounded up to a power of two (at least `MIN_WIDTH`), each group with its
+real positives packed first, where that saves at least half the padded slots; `expected_map`
+runs the law group by group and puts the queries back in order. Each group is one more
+compiled shape, so a benchmark without wide queries (the usual case) stays one call of the
+unchanged program.
+
+Shapes: Q queries, P positive slots; a group holds Q_g queries in W_g <= P slots.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tailaware import law
+
+# The narrowest group: queries with up to this many positives share one.
+MIN_WIDTH = 16
+# Split only when the groups' slots are at most this share of the padded Q x P.
+MAX_SHARE = 0.5
+
+
+class Group(NamedTuple):
+    """One group of queries.
+
+    Attributes:
+      rows: [Q_g] int32 query indices, ascending.
+      cols: [Q_g, W_g] int32 positive slots of each: its real positives first, then padding.
+    """
+
+    rows: jax.Array
+    cols: jax.Array
+
+
+def groups(mask) -> tuple[Group, ...] | None:
+    """Returns the groups of queries of the [Q, P] positives `mask`, or None for one group.
+
+    A query with n positives goes to the group of width min(P, max(MIN_WIDTH, 2^ceil(log2 n))).
+    None (no split) when every query falls into one group or the groups would keep more than
+    `MAX_SHARE` of the Q x P slots.
+    """
+    mask = np.asarray(mask, bool)
+    q, p = mask.shape
+    n = np.maximum(mask.sum(axis=1), 1)
+    width = np.minimum(p, np.maximum(MIN_WIDTH, 2 ** np.ceil(np.log2(n)).astype(np.int64)))
+    values = np.unique(width)
+    if len(values) < 2 or width.sum() > MAX_SHARE * q * p:
+        return None
+    order = np.argsort(~mask, axis=1, kind="stable")  # real positives first, in their order
+    out = []
+    for w in values:
+        rows = np.flatnonzero(width == w)
+        out.append(Group(jnp.asarray(rows, jnp.int32), jnp.asarray(order[rows, :w], jnp.int32)))
+    return tuple(out)
+
+
+def take(a, group: Group):
+    """Returns the group's part [Q_g, W_g, ...] of a [Q, P, ...] array."""
+    a = jnp.asarray(a)[group.rows]
+    idx = group.cols.reshape(group.cols.shape + (1,) * (a.ndim - 2))
+    return jnp.take_along_axis(a, idx, axis=1)
+
+
+def expected_map(x, mask, n, k: int, fixed, weights, counts, n_sample, table, grouping=None):
+    """Returns `law.expected_map`'s per-query E[AP@k] [Q], computed group by group.
+
+    Arguments as in `law.expected_map` (`fixed` and `counts` [Q, P] arrays, `weights` [Q, A] or
+    None); `grouping`: `groups(mask)`, where None is one call on the padded arrays. Traceable:
+    the groups' shapes are static under `jit`.
+    """
+    if grouping is None:
+        return law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample, table)[1]
+    parts = []
+    for g in grouping:
+        part = lambda a, g=g: None if a is None else take(a, g)
+        w = None if weights is None else weights[g.rows]
+        got = law.expected_map(
+            part(x), part(mask), n, k, part(fixed), w, part(counts), n_sample, table
+        )
+        parts.append(got[1])
+    rows = jnp.concatenate([g.rows for g in grouping])
+    aps = jnp.concatenate(parts)
+    return jnp.zeros(mask.shape[0], aps.dtype).at[rows].set(aps)
