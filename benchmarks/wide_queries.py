@@ -13,6 +13,7 @@ largest difference of their per-query predictions.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -40,23 +41,21 @@ def _parse():
 
 
 def _sample(args):
-    from tailaware import simulate
-    from tailaware.scores import make_scores
+    from tailaware import scores, simulate
 
     narrow = simulate.draw(simulate.make_benchmark(args.queries, seed=0), args.fraction, seed=1)
     wide = simulate.make_benchmark(
         args.wide, seed=5, mean_positives=args.wide_positives, max_positives=3 * args.wide_positives
     )
-    narrow, wide = narrow.scores, simulate.draw(wide, args.fraction, seed=2).scores
+    wide = simulate.draw(wide, args.fraction, seed=2).scores
     p = int(wide.mask.sum(axis=1).max())  # P: the widest query's positives (packed first)
-    pad = lambda a, fill: np.pad(
-        a[:, :p], ((0, 0), (0, p - min(p, a.shape[1]))), constant_values=fill
+    wide = dataclasses.replace(
+        wide,
+        pos_scores=wide.pos_scores[:, :p],
+        pos_counts=wide.pos_counts[:, :p],
+        fixed_counts=wide.fixed_counts[:, :p],
     )
-    cat = lambda name, fill: np.concatenate(
-        [pad(getattr(narrow, name), fill), pad(getattr(wide, name), fill)]
-    )
-    tail = np.concatenate([narrow.tail_scores, wide.tail_scores])
-    return make_scores(tail, cat("pos_scores", np.nan), cat("pos_counts", -1), narrow.n_sample)
+    return scores.concatenate([narrow.scores, wide])
 
 
 def child(args) -> None:

@@ -87,6 +87,40 @@ def make_scores(
     return _validate(fields, source)
 
 
+def concatenate(samples, source: str = "<concatenated>") -> SampledScores:
+    """Returns the queries of several `SampledScores` of one distractor sample in one.
+
+    Positive slots are padded to the widest (NaN scores, -1 counts); every sample must have the
+    same S and the same M stored scores. Query ids are kept when all have them.
+
+    Raises:
+      ValueError: naming `source` and the field, when the samples' S or M differ.
+    """
+    for name, sizes in (
+        ("n_sample", {int(sc.n_sample) for sc in samples}),
+        ("tail_scores", {sc.tail_scores.shape[1] for sc in samples}),
+    ):
+        if len(sizes) != 1:
+            raise ValueError(f"{source}: field '{name}': the samples differ ({sorted(sizes)})")
+    p = max(sc.pos_scores.shape[1] for sc in samples)
+    cat = lambda name, width, fill: np.concatenate(
+        [
+            np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill)
+            for a in (getattr(sc, name) for sc in samples)
+        ]
+    )
+    ids = [sc.query_ids for sc in samples]
+    return make_scores(
+        np.concatenate([sc.tail_scores for sc in samples]),
+        cat("pos_scores", p, np.nan),
+        cat("pos_counts", p, -1),
+        samples[0].n_sample,
+        fixed_counts=cat("fixed_counts", p, -1),
+        query_ids=None if any(i is None for i in ids) else np.concatenate(ids),
+        source=source,
+    )
+
+
 def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
     """Writes a sampled-scores `.npz` atomically."""
     arrays = dict(

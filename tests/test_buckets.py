@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import bootstrap, buckets, law, predict, protocol, simulate
-from tailaware.scores import make_scores
+from tailaware import bootstrap, buckets, law, predict, protocol, scores, simulate
 
 K = 100
 
@@ -82,20 +81,9 @@ def test_grouped_expected_map_equals_each_query_alone():
 @pytest.fixture(scope="module")
 def wide_sample():
     """40 simulated queries with up to 10 positives plus two with about 60 (P = 80)."""
-    p = 80
     narrow = simulate.draw(simulate.make_benchmark(40, seed=0), 0.05, 400, seed=1).scores
-    wide = simulate.make_benchmark(2, seed=5, mean_positives=60, max_positives=p)
-    wide = simulate.draw(wide, 0.05, 400, seed=2).scores
-    pad = lambda a, fill: np.pad(a, ((0, 0), (0, p - a.shape[1])), constant_values=fill)
-    cat = lambda name, fill: np.concatenate(
-        [pad(getattr(narrow, name), fill), pad(getattr(wide, name), fill)]
-    )
-    return make_scores(
-        np.concatenate([narrow.tail_scores, wide.tail_scores]),
-        cat("pos_scores", np.nan),
-        cat("pos_counts", -1),
-        narrow.n_sample,
-    )
+    wide = simulate.make_benchmark(2, seed=5, mean_positives=60, max_positives=80)
+    return scores.concatenate([narrow, simulate.draw(wide, 0.05, 400, seed=2).scores])
 
 
 def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample, monkeypatch):

@@ -35,6 +35,29 @@ def test_round_trip(tmp_path):
     assert back.mask.sum() == 9
 
 
+def test_concatenate_restores_a_split_file():
+    f = valid_fields(q=5, p=4)
+    f["pos_scores"][[0, 1], 2] = np.nan  # the first two queries have 2 positives, the rest 3
+    f["pos_counts"][[0, 1], 2] = -1
+    whole = scores_lib.make_scores(**f, query_ids=["q0", "q1", "q2", "q3", "q4"])
+    first = whole.subset(np.array([0, 1]))
+    first = scores_lib.make_scores(  # narrower than the rest: 2 positive slots
+        first.tail_scores,
+        first.pos_scores[:, :2],
+        first.pos_counts[:, :2],
+        first.n_sample,
+        first.fixed_counts[:, :2],
+        first.query_ids,
+    )
+    back = scores_lib.concatenate([first, whole.subset(np.array([2, 3, 4]))])
+    for name in ("tail_scores", "pos_scores", "pos_counts", "fixed_counts", "query_ids"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(whole, name))
+    assert back.n_sample == whole.n_sample
+    for field, other in (("n_sample", valid_fields(s=51)), ("tail_scores", valid_fields(m=7))):
+        with pytest.raises(ValueError, match=field):
+            scores_lib.concatenate([whole, scores_lib.make_scores(**other)])
+
+
 def corrupt(name):
     f = valid_fields()
     if name == "unsorted":
