@@ -77,7 +77,7 @@ XI_MIN = -0.95
 # simulated tail families at gallery sizes 7.6e5-1e9 and samples of 0.05-50% (the sizes grid,
 # 78 cells, mean |error| of mAP@1000 against the truth: 0.0451 at tilt 4, 0.0438 at 6; earlier,
 # against an oracle on a 39-point grid: 0.046 flat, 0.043 at 2, 0.041 at 4 and at 6, 0.042 at
-# 8), the validation's paper regime (0.05% of 1e8 on `kumaraswamy`: MAE 0.038 at 4, 0.021 at 6)
+# 8), the validation's paper regime (0.05% of 1e8 on `kumaraswamy`: MAE 0.038 at 4, 0.020 at 6)
 # and descriptor-level benchmarks of cosine scores (`benchmarks/descriptor_level.py`, 64-512
 # dimensions), where every estimate at tilt 4 over-predicted (+0.006 at 5%) and a stronger lean
 # shrinks the bias. It over-prices deep extrapolations of tails that end abruptly: the stress
