@@ -41,13 +41,12 @@ def _parse():
     ints = lambda s: [int(v) for v in s.split(",")]
     p.add_argument("--dims", type=ints, default=[64, 128, 256, 512])
     p.add_argument("--seeds", type=ints, default=[0, 1, 2])
-    p.add_argument("--fractions", type=lambda s: [float(v) for v in s.split(",")])
+    floats = lambda s: [float(v) for v in s.split(",")]
+    p.add_argument("--fractions", type=floats, default=[0.05, 0.01])
     p.add_argument("--distractors", type=int, default=2_000_000)
     p.add_argument("--instances", type=int, default=120)
     p.add_argument("--k", type=int, default=1000)
-    args = p.parse_args()
-    args.fractions = args.fractions or [0.05, 0.01]
-    return args
+    return p.parse_args()
 
 
 def cell(scores, truth: dict, config) -> dict:
