@@ -21,7 +21,6 @@ Prints a row per benchmark and fraction, the summary, then one JSON line with ev
 """
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import bootstrap, demo, estimators, predict, protocol, synthetic  # noqa: E402
+from tailaware import demo, estimators, predict, protocol, synthetic  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 COLUMNS = (*ESTIMATORS, "at_sample")
@@ -61,12 +60,12 @@ def cell(scores, truth: dict, config) -> dict:
         aps = predict.per_query_ap(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
         for n, a in zip(sizes, aps, strict=True):
             row[f"{name}@{n}"] = float(a.mean()) - truth[n]
-        if averaged:
-            n, point = sizes[-1], float(aps[-1].mean())
-            dev = protocol.threshold_deviation(scores, config, [n], [point], h)[0]
-            unc = bootstrap.intervals(point, bootstrap.query_bootstrap(aps[-1]), None, dev)
-            row["cover90"] = bool(unc["ci90"][0] <= truth[n] <= unc["ci90"][1])
-            row["cover90_query"] = bool(unc["ci90_query"][0] <= truth[n] <= unc["ci90_query"][1])
+        if averaged:  # the reported interval at the largest N, without the nested bootstrap
+            maps = protocol.threshold_maps(scores, config, sizes, h)
+            unc = protocol.size_intervals(aps, protocol.settings(config), maps)[-1]
+            t = truth[sizes[-1]]
+            row["cover90"] = bool(unc["ci90"][0] <= t <= unc["ci90"][1])
+            row["cover90_query"] = bool(unc["ci90_query"][0] <= t <= unc["ci90_query"][1])
     at_sample = float(predict.at_sample_ap(scores, k).mean())
     for n in sizes:
         row[f"at_sample@{n}"] = at_sample - truth[n]
@@ -79,8 +78,6 @@ def main():
     config.k = args.k
     d = config.demo
     sizes = [args.distractors // 4, args.distractors]
-    # The scoring pass's progress bar would interleave with the table.
-    demo.tqdm = functools.partial(demo.tqdm, disable=True)
     rows = []
     print(f"error of mAP@{args.k} at N = {sizes[-1]:,} ({args.instances} queries per benchmark)")
     print(
@@ -98,7 +95,9 @@ def main():
                 seed,
             )
             for fraction in args.fractions:
-                counts, scores = demo.score(bench, sizes, fraction, config.evt.top_m, seed)
+                counts, scores = demo.score(
+                    bench, sizes, fraction, config.evt.top_m, seed, progress=False
+                )
                 truth = {n: demo.true_map(counts[n], scores.fixed_counts, args.k) for n in sizes}
                 row = {"dim": dim, "seed": seed, "fraction": fraction, "n_sample": scores.n_sample}
                 row |= {f"truth@{n}": t for n, t in truth.items()} | cell(scores, truth, config)

@@ -27,8 +27,8 @@ def _ground_truth(bench: synthetic.Benchmark):
     return pos.astype(np.float32), mask, fixed
 
 
-def score(bench: synthetic.Benchmark, sizes, fraction: float, top_m: int, seed: int):
-    """Scores every distractor once.
+def score(bench: synthetic.Benchmark, sizes, fraction: float, top_m: int, seed: int, progress=True):
+    """Scores every distractor once (with a progress bar unless `progress` is False).
 
     Returns:
       (truth counts {size: [Q, P]}, SampledScores of the `fraction` id-hash sample).
@@ -42,7 +42,13 @@ def score(bench: synthetic.Benchmark, sizes, fraction: float, top_m: int, seed: 
     n_sample = 0
     truth = {}
     sizes = sorted(int(s) for s in sizes)
-    with tqdm(total=bench.n_distractors, unit="img", unit_scale=True, desc="scoring") as bar:
+    with tqdm(
+        total=bench.n_distractors,
+        unit="img",
+        unit_scale=True,
+        desc="scoring",
+        disable=not progress,
+    ) as bar:
         for start, feats in synthetic.distractor_blocks(bench):
             stop = start + len(feats)
             sims = bench.queries @ feats.T  # [Q, B]
