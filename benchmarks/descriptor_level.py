@@ -62,7 +62,8 @@ def cell(scores, truth: dict, config) -> dict:
             row[f"{name}@{n}"] = float(a.mean()) - truth[n]
         if averaged:  # the reported interval at the largest N, without the nested bootstrap
             maps = protocol.threshold_maps(scores, config, sizes, h)
-            unc = protocol.size_intervals(aps, protocol.settings(config), maps)[-1]
+            priors = protocol.prior_maps(h, sizes, k, scores.fixed_counts, scores)
+            unc = protocol.size_intervals(aps, protocol.settings(config), maps, priors=priors)[-1]
             t = truth[sizes[-1]]
             row["cover90"] = bool(unc["ci90"][0] <= t <= unc["ci90"][1])
             row["cover90_query"] = bool(unc["ci90_query"][0] <= t <= unc["ci90_query"][1])

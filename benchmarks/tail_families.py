@@ -9,8 +9,8 @@ an untruncated Gaussian, a near-duplicate mixture), a benchmark in the paper reg
 mean error (prediction minus realized truth) of `evt_averaged`, `evt` and `count` over a few
 independent draws, the mean absolute error of each estimator over all cells, and how often the
 90% interval of `evt_averaged` held the truth (the reported interval without its nested
-bootstrap: the query bootstrap widened by the threshold term, `bootstrap.intervals`; and the
-query interval alone).
+bootstrap: the query bootstrap widened by the threshold and prior terms, `protocol.
+size_intervals`; and the query interval alone).
 
 `--grid sizes` asks the same at other gallery sizes and sample fractions (N = 7.6e5 to 1e9,
 S = 1e4 to 3e7: a GLDv2-sized pool, small samples whose top 4,000 reach deep into the bulk,
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import bootstrap, estimators, hardness, predict, protocol, simulate  # noqa: E402
+from tailaware import estimators, hardness, predict, protocol, simulate  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 # (N, sample fraction) cells of each grid.
@@ -71,7 +71,8 @@ def _parse():
 def cell(bench, fraction, draws, config, k, seed=0) -> dict:
     """Returns the mean truth, each estimator's mean error over `draws` draws, and the share of
     draws whose 90% interval for `evt_averaged` holds the truth: the reported one (query
-    bootstrap and threshold term; no nested bootstrap, for time) and the query interval alone."""
+    bootstrap, threshold and prior terms; no nested bootstrap, for time) and the query interval
+    alone."""
     errors = {name: [] for name in ESTIMATORS}
     truths, covered, covered_query = [], [], []
     for draw in range(draws):
@@ -85,9 +86,11 @@ def cell(bench, fraction, draws, config, k, seed=0) -> dict:
             aps = predict.per_query_ap(h, bench.n_pool, k, sc.fixed_counts, sc)
             errors[name].append(float(aps.mean()) - truth)
             if averaged:
-                point = float(aps.mean())
-                dev = protocol.threshold_deviation(sc, config, [bench.n_pool], [point], h)[0]
-                unc = bootstrap.intervals(point, bootstrap.query_bootstrap(aps), None, dev)
+                sizes = [bench.n_pool]
+                maps = protocol.threshold_maps(sc, config, sizes, h)
+                priors = protocol.prior_maps(h, sizes, k, sc.fixed_counts, sc)
+                opts = protocol.settings(config)
+                unc = protocol.size_intervals(aps[None], opts, maps, priors=priors)[0]
                 covered.append(unc["ci90"][0] <= truth <= unc["ci90"][1])
                 covered_query.append(unc["ci90_query"][0] <= truth <= unc["ci90_query"][1])
     return {

@@ -71,7 +71,7 @@ def child(args) -> None:
     hardness = protocol.estimate(scores, config)
     sizes = np.concatenate([[1e8], np.geomspace(1e3, 1e9, 25)])
     aps = predict.per_query_ap(hardness, sizes, 1000, scores.fixed_counts, scores)
-    protocol.threshold_deviation(scores, config, sizes, aps.mean(axis=1), hardness)
+    protocol.model_deviations(scores, config, sizes, aps.mean(axis=1), hardness)
     out = {"seconds": time.perf_counter() - t0}
     if args.nested:
         t1 = time.perf_counter()

@@ -22,6 +22,9 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `rerun_atoms` float64 [F, Q, P, A'] and `rerun_weights` float64 [F, Q, A'], optional together:
   the estimate rerun with half and twice the excesses over its tail threshold
   (`estimators.Hardness.reruns`; A' = 1 for a plug-in tail): the interval's threshold term.
+- `prior_weights` float64 [T, Q, A], optional (with `atoms`): the weights of `atoms` under a
+  flatter and a steeper prior on the tail shape (`estimators.Hardness.prior_weights`): the
+  interval's prior term.
 - `distractor_n` float64 [G], `distractor_sd` float64 [G] and `distractor_k` int64 [], optional
   together: the nested bootstrap's distractor-sample sd of mAP@k (at k = `distractor_k`) at the
   gallery sizes `distractor_n` (ascending), as the predict job measured it: the interval's
@@ -29,8 +32,8 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 
 Predictions from an artifact (`predict`, `prediction`; the predict job with
 `--config.artifact`) carry the reported interval of a prediction from the scores: the query
-bootstrap, widened by the stored distractor sd and the reruns' threshold term; a term whose
-fields are absent is left out (and said so).
+bootstrap, widened by the stored distractor sd, the reruns' threshold term and the prior term;
+a term whose fields are absent is left out (and said so).
 
 Loading validates every field like the sampled-scores reader and names the file, the field and
 the problem.
@@ -49,7 +52,7 @@ from tailaware.scores import SampledScores
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
 OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
-OPTIONAL += _SD_FIELDS
+OPTIONAL += ("prior_weights", *_SD_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +73,7 @@ class HardnessArtifact:
     weights: np.ndarray | None = None
     rerun_atoms: np.ndarray | None = None
     rerun_weights: np.ndarray | None = None
+    prior_weights: np.ndarray | None = None
     distractor_n: np.ndarray | None = None
     distractor_sd: np.ndarray | None = None
     distractor_k: int | None = None
@@ -87,7 +91,14 @@ class HardnessArtifact:
                 for a, w in zip(self.rerun_atoms, self.rerun_weights, strict=True)
             )
         return estimators.Hardness(
-            self.x, self.mask, self.tail_priced, dict(self.fit), self.atoms, self.weights, reruns
+            self.x,
+            self.mask,
+            self.tail_priced,
+            dict(self.fit),
+            self.atoms,
+            self.weights,
+            reruns,
+            self.prior_weights,
         )
 
 
@@ -147,6 +158,11 @@ def from_hardness(
             **_rerun_fields(hardness.reruns),
             **(
                 {}
+                if hardness.prior_weights is None
+                else {"prior_weights": np.asarray(hardness.prior_weights, np.float64)}
+            ),
+            **(
+                {}
                 if distractor_sd is None
                 else {
                     "distractor_n": np.asarray(distractor_sd[0], np.float64),
@@ -188,7 +204,8 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
         arrays["query_ids"] = np.asarray(art.query_ids, dtype=str)
     if art.pos_counts is not None:
         arrays["pos_counts"] = art.pos_counts
-    for group in (("atoms", "weights"), ("rerun_atoms", "rerun_weights"), _SD_FIELDS):
+    groups = (("atoms", "weights"), ("rerun_atoms", "rerun_weights"), ("prior_weights",))
+    for group in (*groups, _SD_FIELDS):
         if getattr(art, group[0]) is not None:
             arrays.update({name: np.asarray(getattr(art, name)) for name in group})
     atomic.write_npz(path, **arrays)
@@ -268,6 +285,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     rerun_atoms, rerun_weights = _validate_atoms(
         fields, ("rerun_atoms", "rerun_weights"), x.shape, fail, reruns=True
     )
+    prior_weights = _validate_prior(fields.get("prior_weights"), weights, fail)
     distractor_n, distractor_sd, distractor_k = _validate_sd(fields, fail)
     pos_counts = fields.get("pos_counts")
     if pos_counts is not None:
@@ -291,6 +309,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         weights=weights,
         rerun_atoms=rerun_atoms,
         rerun_weights=rerun_weights,
+        prior_weights=prior_weights,
         distractor_n=distractor_n,
         distractor_sd=distractor_sd,
         distractor_k=distractor_k,
@@ -322,6 +341,22 @@ def _validate_atoms(fields, names, shape, fail, reruns=False):
     return atoms.astype(np.float64), weights.astype(np.float64)
 
 
+def _validate_prior(prior, weights, fail):
+    """Returns the validated `prior_weights` [T, Q, A] (A and Q of `weights`), or None."""
+    if prior is None:
+        return None
+    if weights is None:
+        fail("prior_weights", "needs atoms and weights (it re-weights them)")
+    if prior.dtype.kind != "f" or prior.ndim != 3 or prior.shape[1:] != weights.shape:
+        want = f"float [T, Q, A] with [Q, A] = {list(weights.shape)}"
+        fail("prior_weights", f"expected {want}, got {prior.dtype} {prior.shape}")
+    if not np.isfinite(prior).all() or (prior < 0).any():
+        fail("prior_weights", "weights must be finite and >= 0")
+    if not np.allclose(prior.sum(axis=-1), 1.0, atol=1e-6):
+        fail("prior_weights", "each query's weights must sum to 1")
+    return prior.astype(np.float64)
+
+
 def _validate_sd(fields, fail):
     """Returns (distractor_n, distractor_sd, distractor_k) or Nones; all three or none."""
     n, sd, k = (fields.get(name) for name in _SD_FIELDS)
@@ -350,16 +385,18 @@ def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int 
     Returns:
       {"n": [G], "map": [G], "per_query_ap": [G, Q], "intervals": [G] `bootstrap.intervals`
       dicts (query bootstrap of `replicates`, widened by the stored distractor sd and the
-      reruns' threshold term where the artifact has them), "ci90": [G, 2], "ci95": [G, 2]}.
+      reruns' threshold and prior terms where the artifact has them), "ci90": [G, 2],
+      "ci95": [G, 2]}.
     """
     sizes = np.atleast_1d(np.asarray(n, np.float64))
     sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
     h = art.hardness
-    aps = predict_lib.per_query_ap(h, sizes, k, art.fixed_counts, sample)
+    aps, *priors = predict_lib.per_query_ap(h, sizes, k, art.fixed_counts, sample, priors=True)
+    priors = np.mean(priors, axis=-1) if priors else None
     maps = protocol.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
     opts = {"query_replicates": replicates, "seed": seed}
     sd = distractor_sd_at(art, sizes, k)
-    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=sd)
+    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=sd, priors=priors)
     return {
         "n": sizes.tolist(),
         "map": aps.mean(axis=1).tolist(),
@@ -397,10 +434,13 @@ def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -
         missing.append("distractor-sample" + (f" (measured at k = {measured})" if measured else ""))
     if tail and art.rerun_atoms is None:
         missing.append("threshold")
+    if tail and art.weights is not None and art.prior_weights is None:
+        missing.append("prior")
+    lacks = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + "".join(missing[-1:])
     summary = [
         f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
         f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"
-        + (f"; the interval lacks the {' and '.join(missing)} term" if missing else ""),
+        + (f"; the interval lacks the {lacks} term{'s' * (len(missing) > 1)}" if missing else ""),
         f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
         f"{unc['ci90'][1]:.4f}]",
     ]

@@ -46,6 +46,10 @@ LEVELS = (0.90, 0.95)
 # 1 and 2).
 # The nested bootstrap's distractor term widens the interval further.
 THRESHOLD_SD = 3.0
+# The prior's part of the tail model's error (`intervals`): the farther of the predictions under
+# a flatter and a steeper prior on the tail shape (`hardness.PRIOR_SPREAD`) counts as this many
+# standard deviations.
+PRIOR_SD = 1.0
 
 
 def percentile_interval(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
@@ -420,6 +424,7 @@ def intervals(
     nested: dict | None,
     deviation=0.0,
     sd_distractor: float | None = None,
+    prior_deviation=0.0,
 ) -> dict:
     """Returns the reported intervals at one gallery size.
 
@@ -429,18 +434,20 @@ def intervals(
     query-bootstrap percentile interval widened in quadrature by the distractor replicates'
     variance (the two sources are independent; the quadrature keeps the 1000 cheap query
     replicates' tails rather than the percentiles of ~200 nested ones). The model term: a
-    normal error of standard deviation `THRESHOLD_SD` x `deviation`, added in quadrature on each
-    side. Every interval is cut to [0, 1].
+    normal error of standard deviation sd_model = hypot(`THRESHOLD_SD` x `deviation`, `PRIOR_SD`
+    x `prior_deviation`), added in quadrature on each side. Every interval is cut to [0, 1].
 
     Args:
       point: the prediction.
       query_reps: [B] query-bootstrap replicates.
       nested: None or {"distractor": [B'], "combined": [B']} at this size.
       deviation: how far the prediction moves when the tail threshold does (`protocol.
-        threshold_deviation`); 0 for estimators without a tail model.
+        model_deviations`); 0 for estimators without a tail model.
       sd_distractor: the distractor replicates' sd where only it is known (a hardness artifact
         stores it, `tailaware.artifact`): it widens the query interval as the replicates would,
         and the distractor interval is normal. Ignored when `nested` is given.
+      prior_deviation: how far the prediction moves under other priors on the tail shape
+        (`protocol.size_intervals`); 0 without a tail posterior.
     """
     widen = nested is not None or sd_distractor is not None
     out = {"ci_method": "nested" if widen else "query"}
@@ -454,8 +461,9 @@ def intervals(
         sd_d = float(sd_distractor)
     if widen:
         out["sd_distractor"] = sd_d
-    sd_m = THRESHOLD_SD * float(deviation)
+    sd_m = float(np.hypot(THRESHOLD_SD * float(deviation), PRIOR_SD * float(prior_deviation)))
     out["threshold_deviation"] = float(deviation)
+    out["prior_deviation"] = float(prior_deviation)
     out["sd_model"] = sd_m
     for level in LEVELS:
         tag = f"ci{int(round(level * 100))}"

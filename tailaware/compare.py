@@ -6,8 +6,8 @@ systems on the same resample, which cancels the between-query variance both shar
 systems' distractor-sample noise is known (nested bootstrap sds), it is added in quadrature:
 the two samples are independent given the queries. When the tail model's threshold
 sensitivity of the difference is given (`threshold_deviation`: how far A - B moves when both
-estimates are rerun at other tail thresholds), it is added too, as `bootstrap.intervals` adds a
-single system's.
+estimates are rerun at other tail thresholds, and under other priors on the tail shape), it is
+added too, as `bootstrap.intervals` adds a single system's.
 
 Reported: the difference and its intervals, P(A beats B) (the share of replicates with a
 positive difference), and the smallest margin the sample can resolve: the difference at which
@@ -42,6 +42,7 @@ def paired(
     sd_distractor_a: float = 0.0,
     sd_distractor_b: float = 0.0,
     deviation: float = 0.0,
+    prior_deviation: float = 0.0,
 ) -> dict:
     """Returns the paired-bootstrap comparison of systems A and B on the same queries.
 
@@ -53,6 +54,8 @@ def paired(
         bootstrap), added in quadrature; 0 for query noise alone.
       deviation: the difference's threshold sensitivity (`threshold_deviation`), added in
         quadrature as a normal error of sd `bootstrap.THRESHOLD_SD` x deviation.
+      prior_deviation: the difference's sensitivity to the prior on the tail shape
+        (`threshold_deviation` of the prior reruns), sd `bootstrap.PRIOR_SD` x prior_deviation.
 
     Returns:
       {"difference", "ci90", "ci95", "sd", "p_a_beats_b", "resolvable_margin", "resolved"}.
@@ -63,7 +66,9 @@ def paired(
         raise ValueError(f"need two [Q] vectors over the same queries, got {a.shape}, {b.shape}")
     diff = a - b
     reps = bootstrap.query_bootstrap(diff, num_replicates, seed)  # [B]
-    sd_model = bootstrap.THRESHOLD_SD * float(deviation)
+    sd_model = np.hypot(
+        bootstrap.THRESHOLD_SD * float(deviation), bootstrap.PRIOR_SD * float(prior_deviation)
+    )
     extra = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_model**2))
     if extra > 0:
         noise = jax.random.normal(jax.random.key(seed + 1), reps.shape, jnp.float32)
@@ -80,15 +85,16 @@ def paired(
     return out
 
 
-def threshold_deviation(prediction_a: dict, prediction_b: dict) -> float:
+def threshold_deviation(prediction_a: dict, prediction_b: dict, field="threshold_maps") -> float:
     """Returns how far the difference A - B moves when both tails' thresholds do, or 0.
 
     From two prediction.json dicts (`map` and `uncertainty.threshold_maps`: each estimate rerun
     with half and twice the excesses): the larger of |(A_r - B_r) - (A - B)| over the two
     reruns r. A shift that moves both systems alike cancels. 0 when either has no reruns (an
-    estimator without a tail model).
+    estimator without a tail model). `field="prior_maps"` pairs the reruns under a flatter and a
+    steeper prior on the tail shape the same way.
     """
-    maps = [p.get("uncertainty", {}).get("threshold_maps") for p in (prediction_a, prediction_b)]
+    maps = [p.get("uncertainty", {}).get(field) for p in (prediction_a, prediction_b)]
     if any(m is None for m in maps):
         return 0.0
     moves = [
@@ -102,9 +108,9 @@ def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, see
     """Returns `paired` on two predict jobs' outputs (prediction.json dicts), with every term.
 
     The per-query AP, the distractor-sample sds (`uncertainty.sd_distractor`, when the nested
-    bootstrap ran) and the difference's threshold sensitivity (`threshold_deviation`) come from
-    the predictions. They must be of the same queries in the same order (`query_ids`, when both
-    have them), at the same N and k.
+    bootstrap ran) and the difference's threshold and prior sensitivities (`threshold_deviation`)
+    come from the predictions. They must be of the same queries in the same order (`query_ids`,
+    when both have them), at the same N and k.
 
     Raises:
       ValueError: naming the field in which the two predictions disagree.
@@ -133,9 +139,12 @@ def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, see
             "a paired comparison needs the same queries in the same order"
         )
     sd = lambda p: float(p.get("uncertainty", {}).get("sd_distractor", 0.0))
-    dev = threshold_deviation(a, b)
-    out = paired(a["per_query_ap"], b["per_query_ap"], num_replicates, seed, sd(a), sd(b), dev)
+    dev, dev_prior = threshold_deviation(a, b), threshold_deviation(a, b, "prior_maps")
+    out = paired(
+        a["per_query_ap"], b["per_query_ap"], num_replicates, seed, sd(a), sd(b), dev, dev_prior
+    )
     out["threshold_deviation"] = dev
+    out["prior_deviation"] = dev_prior
     return {"n_target": a["n_target"], "k": a["k"], "map_a": a["map"], "map_b": b["map"], **out}
 
 

@@ -31,6 +31,8 @@ class Hardness(NamedTuple):
       weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
       reruns: the estimate rerun at other tail thresholds, when asked for
         (`tailaware.hardness.estimate`); empty otherwise.
+      prior_weights: None, or [T, Q, A] the weights of `atoms` under other priors on the tail
+        shape (`tailaware.hardness.prior_weights`), asked for with the reruns.
     """
 
     x: np.ndarray
@@ -40,6 +42,7 @@ class Hardness(NamedTuple):
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
     reruns: tuple = ()
+    prior_weights: np.ndarray | None = None
 
 
 def count(scores: SampledScores, config=None) -> Hardness:

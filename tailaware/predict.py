@@ -23,10 +23,15 @@ from tailaware import scores as scores_lib
 
 @functools.partial(jax.jit, static_argnames=("k",))
 def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample, table, grouping):
-    one = lambda n: buckets.expected_map(
-        x, mask, n, k, fixed, weights, counts, n_sample, table, grouping
-    )
-    return jax.vmap(one)(sizes)
+    def over_sizes(w):
+        one = lambda n: buckets.expected_map(
+            x, mask, n, k, fixed, w, counts, n_sample, table, grouping
+        )
+        return jax.vmap(one)(sizes)
+
+    if weights is not None and weights.ndim == 3:  # [T, Q, A]: the atoms' E[AP] do not batch
+        return jax.vmap(over_sizes)(weights)
+    return over_sizes(weights)
 
 
 def per_query_ap(
@@ -35,10 +40,15 @@ def per_query_ap(
     k: int,
     fixed: np.ndarray,
     sample=None,
+    priors: bool = False,
 ) -> np.ndarray:
     """Returns the predicted AP@k [Q] of every query at gallery size n (float64 numpy).
 
     `n` may also be a 1-D array of [G] sizes (one compiled call): the result is then [G, Q].
+    With `priors`, a leading axis [1 + T] holds the prediction and then the predictions under
+    the estimate's other priors on the tail shape (`Hardness.prior_weights`; T = 0 without
+    them), in the same pass: E[AP] is linear in the atom weights, so each atom's is computed
+    once.
 
     The prediction is E[AP@k] under K_j ~ Poisson(n x_j) (`law.expected_map`), averaged over the
     estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
@@ -49,7 +59,11 @@ def per_query_ap(
     mask = hardness.mask
     x = hardness.x if hardness.atoms is None else hardness.atoms
     fixed = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
-    w = None if hardness.weights is None else jnp.asarray(hardness.weights, jnp.float32)
+    w = hardness.weights
+    if priors and w is not None:
+        others = () if hardness.prior_weights is None else tuple(hardness.prior_weights)
+        w = np.stack([w, *others])
+    w = None if w is None else jnp.asarray(w, jnp.float32)
     counts, s = jnp.zeros(mask.shape, jnp.float32), jnp.float32(np.inf)
     if sample is not None:
         counts = jnp.asarray(np.where(mask, sample.pos_counts, 0), jnp.float32)
@@ -68,7 +82,9 @@ def per_query_ap(
         buckets.groups(mask),
     )
     aps = np.asarray(jax.device_get(aps), np.float64)
-    return aps if sizes.ndim else aps[0]
+    if priors and w is None:  # a point estimate: no other priors
+        aps = aps[None]
+    return aps if sizes.ndim else aps[..., 0, :]
 
 
 def at_sample_ap(scores: scores_lib.SampledScores, k: int) -> np.ndarray:

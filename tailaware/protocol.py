@@ -5,7 +5,8 @@ prediction.json (paper Sec. 4: "report mAP@k at the target with a query-bootstra
 a count/tail diagnostic"):
 
 - `ci90`, `ci95` (+ `uncertainty`): nested-bootstrap intervals widened by the tail model's
-  threshold sensitivity (`bootstrap.intervals`, `threshold_deviation`).
+  sensitivity to its threshold and to the prior on its shape (`bootstrap.intervals`,
+  `threshold_maps`, `prior_maps`).
 - `curve`: predicted mAP@k for N from 10^3 to 10^9 with its 90% band (and its distractor-sample
   sd when the nested bootstrap ran, which the hardness artifact keeps).
 - `other_metrics`: recall@k and top-1 at N through the same law (expected ranks for recall,
@@ -128,6 +129,16 @@ def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.n
     return rerun_maps(reruns, sizes, int(config.k), scores.fixed_counts, scores)
 
 
+def prior_maps(hardness: estimators.Hardness, sizes, k: int, fixed, sample) -> np.ndarray | None:
+    """Returns mAP@k [T, G] of the estimate under its other priors on the tail shape (a flatter
+    and a steeper one, `Hardness.prior_weights`) at the sizes [G], or None without them; `fixed`
+    and `sample` as in `predict.per_query_ap` (whose `priors` pass also gives the estimate's own
+    per-query AP; use it where that is needed too)."""
+    if hardness.prior_weights is None:
+        return None
+    return predict.per_query_ap(hardness, sizes, k, fixed, sample, priors=True)[1:].mean(axis=-1)
+
+
 def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
     """Returns mAP@k [F, G] of each of the `reruns` (`Hardness`, a tuple) at the sizes [G], or
     None when there are none; `fixed` and `sample` as in `predict.per_query_ap`."""
@@ -148,13 +159,17 @@ def tail_method(estimator: str) -> str | None:
     return hardness.ESTIMATOR_METHODS.get(estimator)
 
 
-def threshold_deviation(scores: SampledScores, config, sizes, points, estimated=None):
-    """Returns [G] how far mAP@k moves when the tail threshold does: 0 without a tail model.
-
-    The larger distance of the `threshold_maps` reruns (of `estimated`, when given) from
-    `points` [G] at each gallery size of `sizes` [G].
-    """
-    return _deviation(threshold_maps(scores, config, sizes, estimated), points)
+def model_deviations(scores: SampledScores, config, sizes, points, estimated=None) -> tuple:
+    """Returns ([G], [G]) how far mAP@k moves when the tail threshold does (`threshold_maps`) and
+    when the prior on the tail shape does (`prior_maps`; of `estimated` when given, which must
+    then carry its reruns, as `estimate`'s do): the larger distance of the reruns from `points`
+    [G] at each gallery size of `sizes` [G]; 0 without them."""
+    h = estimated if estimated is not None and estimated.reruns else None
+    if h is None and tail_method(config.estimator) is not None:
+        h = estimate(scores, config)
+    maps = threshold_maps(scores, config, sizes, h)
+    priors = None if h is None else prior_maps(h, sizes, int(config.k), scores.fixed_counts, scores)
+    return _deviation(maps, points), _deviation(priors, points)
 
 
 def _deviation(maps, points) -> np.ndarray:
@@ -162,7 +177,7 @@ def _deviation(maps, points) -> np.ndarray:
     return np.zeros_like(points) if maps is None else np.max(np.abs(maps - points), axis=0)
 
 
-def size_intervals(aps, opts, maps, nested=None, sd_distractor=None) -> list[dict]:
+def size_intervals(aps, opts, maps, nested=None, sd_distractor=None, priors=None) -> list[dict]:
     """Returns `bootstrap.intervals` at each gallery size.
 
     Args:
@@ -172,19 +187,24 @@ def size_intervals(aps, opts, maps, nested=None, sd_distractor=None) -> list[dic
       nested: `bootstrap.nested_bootstrap`'s replicates at the G sizes, or None.
       sd_distractor: [G] the distractor replicates' sds where only they are known (an
         artifact's), or None.
+      priors: [T, G] the estimate's mAP@k under other priors on the tail shape (`prior_maps`),
+        or None.
 
-    Each dict also holds `threshold_maps`: the reruns' mAP at its size (half, twice the
-    excesses), which `compare.threshold_deviation` pairs across two systems; None without reruns.
+    Each dict also holds `threshold_maps` and `prior_maps`: the reruns' mAP at its size (half,
+    twice the excesses; flatter, steeper prior), which `compare` pairs across two systems; None
+    without them.
     """
     points = aps.mean(axis=1)
     query_reps = bootstrap.query_bootstrap(aps, int(opts["query_replicates"]), int(opts["seed"]))
-    dev = _deviation(maps, points)
+    dev, dev_prior = _deviation(maps, points), _deviation(priors, points)
+    listed = lambda a, g: None if a is None else [float(v) for v in a[:, g]]
     out = []
     for g in range(len(points)):
         nest = None if nested is None else {name: v[g] for name, v in nested.items()}
         sd = None if sd_distractor is None else float(sd_distractor[g])
-        unc = bootstrap.intervals(float(points[g]), query_reps[g], nest, dev[g], sd)
-        unc["threshold_maps"] = None if maps is None else [float(v) for v in maps[:, g]]
+        unc = bootstrap.intervals(float(points[g]), query_reps[g], nest, dev[g], sd, dev_prior[g])
+        unc["threshold_maps"] = listed(maps, g)
+        unc["prior_maps"] = listed(priors, g)
         out.append(unc)
     return out
 
@@ -293,8 +313,10 @@ def augment(
     fixed = scores.fixed_counts
     grid = np.geomspace(*CURVE_RANGE, int(opts["curve_points"]))
     sizes = np.concatenate([[float(n_target)], grid])
-    aps = predict.per_query_ap(hardness, sizes, k, fixed, scores)  # [G, Q]
+    # [G, Q], and the mAP@k under the other priors on the tail shape [T, G] in the same pass.
+    aps, *priors = predict.per_query_ap(hardness, sizes, k, fixed, scores, priors=True)
     points = aps.mean(axis=1)
+    priors = np.mean(priors, axis=-1) if priors else None
 
     nested = None
     if int(opts["nested_replicates"]) > 0:
@@ -302,7 +324,7 @@ def augment(
             scores, config.estimator, config, sizes, int(opts["nested_replicates"]), opts["seed"]
         )
     maps = threshold_maps(scores, config, sizes, hardness)
-    unc, *bands = size_intervals(aps, opts, maps, nested=nested)
+    unc, *bands = size_intervals(aps, opts, maps, nested=nested, priors=priors)
 
     try:
         subs = budget.nested_subsamples(scores, int(opts["budget_levels"]), int(opts["seed"]))

@@ -119,8 +119,8 @@ def one_draw(bench, fraction, seed, config, names, nested=None) -> dict:
         out["nested"] = nested
     at0 = None if nested is None else {key: val[0] for key, val in nested.items()}
     mean = float(point_aps.mean())
-    dev = protocol.threshold_deviation(scores, config, [float(n)], [mean], point)[0]
-    out["interval"] = bootstrap.intervals(mean, reps, at0, dev)
+    dev, prior = protocol.model_deviations(scores, config, [float(n)], [mean], point)
+    out["interval"] = bootstrap.intervals(mean, reps, at0, dev[0], prior_deviation=prior[0])
     out["predictions"] = preds
     out["calibration"] = calib
     return out
@@ -145,6 +145,8 @@ def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
         if tag in est:
             cover = [d["interval"][tag][0] <= d["truth"] <= d["interval"][tag][1] for d in draws]
             rows.setdefault("_coverage", {})[tag] = float(np.mean(cover))
+    half = [(d["interval"]["ci90"][1] - d["interval"]["ci90"][0]) / 2.0 for d in draws]
+    rows["_width"] = {"ci90": float(np.median(half))}
     rows["_truth"] = {"mean": float(truth.mean()), "sd": float(truth.std())}
     return rows
 
@@ -177,6 +179,9 @@ def format_table(results: dict, estimator: str) -> str:
             if tag in cells[fr[0]].get("_coverage", {}):
                 cov = "".join(f"{cells[f]['_coverage'][tag]:>24.2f}" for f in fr)
                 lines.append(f"  {'coverage ' + tag + ' (*)':<26}{cov}")
+        if "_width" in cells[fr[0]]:
+            half = "".join(f"{cells[f]['_width']['ci90']:>24.4f}" for f in fr)
+            lines.append(f"  {'half-width ci90 (*)':<26}{half}")
         lines.append("")
     lines.append(
         "bias / MAE: prediction minus realized truth; med / corr: median estimated-over-true "

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import artifact, estimators, metrics, predict, simulate
+from tailaware import artifact, bootstrap, estimators, metrics, predict, simulate
 
 
 @pytest.fixture(scope="module")
@@ -123,12 +123,13 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert art.metadata["model"] == "vit_b16" and art.metadata["scores"] == "sim"
     # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points).
     assert art.rerun_atoms.shape[:3] == (2, *art.x.shape) and art.distractor_sd.size == 25
+    assert art.prior_weights.shape == (2, *art.weights.shape)
 
     # At the target N the artifact reproduces the prediction and every part of its interval:
     # the same per-query AP, the reruns' mAP, the distractor sd it stored.
     got = artifact.prediction(art, config, n, "hardness.npz")
     np.testing.assert_allclose(got["per_query_ap"], want["per_query_ap"], atol=1e-7)
-    for field in ("sd_query", "sd_distractor", "threshold_deviation"):
+    for field in ("sd_query", "sd_distractor", "threshold_deviation", "prior_deviation"):
         assert got["uncertainty"][field] == pytest.approx(want["uncertainty"][field], abs=1e-7)
     np.testing.assert_allclose(got["ci90"], want["ci90"], atol=1e-6)
     np.testing.assert_allclose(got["ci95"], want["ci95"], atol=1e-6)
@@ -147,6 +148,11 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     z = 1.6448536269514722
     expect_hi = point + np.hypot((q_hi - point) * grow, z * unc["sd_model"])
     assert unc["ci90"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
+    model = np.hypot(
+        bootstrap.THRESHOLD_SD * unc["threshold_deviation"],
+        bootstrap.PRIOR_SD * unc["prior_deviation"],
+    )
+    assert unc["prior_deviation"] > 0 and unc["sd_model"] == pytest.approx(model)
     assert unc["ci90"][0] < point < unc["ci90"][1]
 
     # The job from the artifact, and a comparison of the two predictions (the same system).
@@ -160,6 +166,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     same = compare.predictions(want, saved)
     assert same["difference"] == pytest.approx(0.0, abs=1e-7)
     assert same["threshold_deviation"] == pytest.approx(0.0, abs=1e-7)
+    assert same["prior_deviation"] == pytest.approx(0.0, abs=1e-7)
     assert not same["resolved"]
     # The compare job reads artifacts too, predicting them at its N (or refusing without one).
     with open(tmp_path / "prediction.json") as f:
@@ -183,12 +190,14 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         art,
         rerun_atoms=None,
         rerun_weights=None,
+        prior_weights=None,
         distractor_n=None,
         distractor_sd=None,
         distractor_k=None,
     )
     plain = artifact.prediction(bare, config, n)
-    assert "lacks the distractor-sample and threshold term" in plain["diagnostics"]["summary"][0]
+    lacks = "lacks the distractor-sample, threshold and prior terms"
+    assert lacks in plain["diagnostics"]["summary"][0]
     assert plain["ci90"] == plain["uncertainty"]["ci90_query"]
     assert plain["uncertainty"]["ci_method"] == "query"
     # The distractor sds were measured for mAP@1000: at another k the term is left out, and said.
@@ -203,6 +212,8 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     [
         ("rerun_atoms", lambda a: a["rerun_atoms"][:1, :, :-1], "expected float [F, Q, P, A]"),
         ("rerun_weights", lambda a: a["rerun_weights"] * 3.0, "sum to 1"),
+        ("prior_weights", lambda a: a["prior_weights"][:, :, :-1], "expected float [T, Q, A]"),
+        ("prior_weights", lambda a: a["prior_weights"] * 3.0, "sum to 1"),
         ("distractor_n", lambda a: a["distractor_n"][::-1], "ascending"),
         ("distractor_sd", lambda a: a["distractor_sd"] * np.nan, "finite"),
         ("distractor_sd", lambda a: a["distractor_sd"][:-1], "expected float [G]"),
@@ -226,10 +237,16 @@ def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, mes
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=f"bad.npz: field '{field}': .*{re.escape(message)}"):
         artifact.load(tmp_path / "bad.npz")
-    partner = {"rerun_atoms": "rerun_weights", "rerun_weights": "rerun_atoms"}.get(
-        field, "distractor_sd" if field == "distractor_n" else "distractor_n"
-    )
-    arrays.pop(partner)
+    # Without the fields it comes with: (the fields removed, the field the error names).
+    partners = {
+        "rerun_atoms": (("rerun_weights",), "rerun_weights"),
+        "rerun_weights": (("rerun_atoms",), "rerun_atoms"),
+        "prior_weights": (("atoms", "weights"), "prior_weights"),  # it re-weights them
+        "distractor_n": (("distractor_sd",), "distractor_sd"),
+    }
+    removed, named = partners.get(field, (("distractor_n",), "distractor_n"))
+    for name in removed:
+        arrays.pop(name)
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(ValueError, match=f"field '{partner}'"):
+    with pytest.raises(ValueError, match=f"field '{named}'"):
         artifact.load(tmp_path / "bad.npz")

@@ -168,6 +168,17 @@ def test_intervals_add_the_threshold_deviation_in_quadrature():
         assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, z * out["sd_model"]), rel=1e-4)
 
 
+def test_intervals_add_the_prior_deviation_to_the_model_term():
+    rng = np.random.default_rng(8)
+    q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    out = bootstrap.intervals(0.5, q_reps, None, deviation=0.02, prior_deviation=0.03)
+    want = np.hypot(bootstrap.THRESHOLD_SD * 0.02, bootstrap.PRIOR_SD * 0.03)
+    assert out["sd_model"] == pytest.approx(want) and out["prior_deviation"] == 0.03
+    (lo, hi), (slo, shi) = out["ci90"], out["ci90_sampling"]
+    assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, 1.6449 * want), rel=1e-4)
+    assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, 1.6449 * want), rel=1e-4)
+
+
 def test_intervals_stay_inside_the_range_of_the_metric():
     # Near mAP 1 (and 0) a normal widening passes the end of the range; intervals are cut there.
     rng = np.random.default_rng(9)
@@ -196,8 +207,10 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
         estimators.get(cfg.estimator)(sc, cfg), 10**6, 1000, sc.fixed_counts, sc
     )
     point = float(aps.mean())
-    dev = protocol.threshold_deviation(sc, cfg, [1e6], [point])[0]
-    out = bootstrap.intervals(point, bootstrap.query_bootstrap(aps, 1000), None, dev)
+    dev, prior = protocol.model_deviations(sc, cfg, [1e6], [point])
+    out = bootstrap.intervals(
+        point, bootstrap.query_bootstrap(aps, 1000), None, dev[0], None, prior[0]
+    )
     lo, hi = out["ci90_sampling"]
     assert not lo <= truth <= hi, (lo, truth, hi)
     lo, hi = out["ci90"]

@@ -55,6 +55,13 @@ def test_threshold_deviation_of_the_difference():
     # Without reruns (an estimator without a tail model, or an older file): no term.
     assert compare.threshold_deviation({"map": 0.5}, pred(0.4, 0.39, 0.41)) == 0.0
     assert compare.threshold_deviation(pred(0.5, 0.5, 0.5), {"map": 0.4, "uncertainty": {}}) == 0
+    # The prior reruns pair the same way.
+    priors = lambda m, flat, steep: {"map": m, "uncertainty": {"prior_maps": [flat, steep]}}
+    got = compare.threshold_deviation(
+        priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps"
+    )
+    assert got == pytest.approx(0.01)
+    assert compare.threshold_deviation(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
 
 
 def test_paired_adds_the_threshold_term_in_quadrature():

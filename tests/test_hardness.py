@@ -373,3 +373,21 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
         assert (ref.atoms is None) == (name == "evt")
         if ref.atoms is not None:
             np.testing.assert_allclose(rerun.weights, ref.weights, rtol=1e-4, atol=1e-7)
+    assert (got.prior_weights is None) == (name == "evt") and alone.prior_weights is None
+
+
+def test_prior_reruns_are_the_posterior_under_the_other_priors(scores, monkeypatch):
+    # The re-weighted posterior (float64, from the weights under exp(XI_TILT xi)) against the
+    # posterior computed afresh with the prior exp(t xi) for t = XI_TILT -/+ PRIOR_SPREAD.
+    got = hardness.estimate(scores, _config(), "mean", reruns=True)
+    flat, steep = got.prior_weights
+    pos, tail, _, s, q = hardness._host_inputs(scores, _config().evt)
+    tilt = hardness.XI_TILT
+    for weights, t in ((flat, tilt - hardness.PRIOR_SPREAD), (steep, tilt + hardness.PRIOR_SPREAD)):
+        monkeypatch.setattr(hardness, "XI_TILT", t)
+        _, ref = hardness.posterior(pos, tail, s, q)  # eager: reads the patched prior
+        np.testing.assert_allclose(weights, ref, rtol=2e-3, atol=1e-7)
+    # A flatter prior weighs shorter tails more: every query's posterior mean of xi is lower.
+    xis = np.linspace(hardness.XI_MIN, 0.0, hardness.XI_GRID_SIZE)
+    mean_xi = [w @ xis for w in (flat, got.weights, steep)]
+    assert (np.diff(mean_xi, axis=0) > 0).all()
