@@ -17,7 +17,8 @@ a count/tail diagnostic"):
   not be fitted or the tails are fitted too low in the sample (SHALLOW TAIL), a note when some
   query's tail threshold was raised (THRESHOLD RAISED, `share_threshold_raised`), a warning when
   the prediction moves with the tail threshold by more than the query noise (THRESHOLD
-  SENSITIVE), and the share of positives the tail priced.
+  SENSITIVE) or with the prior on the tail shape (PRIOR SENSITIVE), and the share of positives
+  the tail priced.
 
 Optional config fields (read with defaults, so configs/default.py needs none of them):
 `config.protocol.query_replicates` (1000), `nested_replicates` (50), `curve_points` (25),
@@ -274,20 +275,31 @@ def _raised_thresholds(hardness: estimators.Hardness) -> tuple[float, str]:
     )
 
 
-def _threshold_sensitive(unc: dict, k: int) -> str:
-    """Returns a warning when the prediction moves with the tail threshold beyond query noise.
+def _model_sensitive(unc: dict, k: int) -> list[str]:
+    """Returns warnings when the prediction moves with the tail threshold or with the prior on
+    the tail shape beyond query noise.
 
     `unc` is `bootstrap.intervals`' output at the target: the interval already includes the
-    move; the warning says why it is wide and what would narrow it.
+    moves; the warnings say why it is wide and what would narrow it.
     """
-    dev, sd_q = unc.get("threshold_deviation", 0.0), unc["sd_query"]
-    if dev <= sd_q:
-        return ""
-    return (
-        f"THRESHOLD SENSITIVE: mAP@{k} moves by {dev:.4f} when the tail threshold keeps half or "
-        f"twice the excesses, more than the query noise (sd {sd_q:.4f}); the interval includes "
-        "it, but the tail model is unsettled here: sample more distractors"
-    )
+    sd_q = unc["sd_query"]
+    out = []
+    dev = unc.get("threshold_deviation", 0.0)
+    if dev > sd_q:
+        out.append(
+            f"THRESHOLD SENSITIVE: mAP@{k} moves by {dev:.4f} when the tail threshold keeps half "
+            f"or twice the excesses, more than the query noise (sd {sd_q:.4f}); the interval "
+            "includes it, but the tail model is unsettled here: sample more distractors"
+        )
+    dev = unc.get("prior_deviation", 0.0)
+    if dev > sd_q:
+        out.append(
+            f"PRIOR SENSITIVE: mAP@{k} moves by {dev:.4f} under a flatter or a steeper prior on "
+            f"the tail shape, more than the query noise (sd {sd_q:.4f}); the interval includes "
+            "it, but the sample leaves the tails' shape beyond it to the prior: sample more "
+            "distractors, or predict at a smaller N"
+        )
+    return out
 
 
 def augment(
@@ -354,9 +366,7 @@ def augment(
     shallow = _shallow_tail(hardness, scores.n_sample, n_target)
     if shallow:
         summary.append(shallow)
-    sensitive = _threshold_sensitive(unc, k)
-    if sensitive:
-        summary.append(sensitive)
+    summary += _model_sensitive(unc, k)
     raised, note = _raised_thresholds(hardness)
     if note:
         summary.append(note)
@@ -367,8 +377,9 @@ def augment(
         )
     summary.append(
         f"mAP@{k} at N = {n_target:,}: {points[0]:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
-        f"{unc['ci90'][1]:.4f}] ({unc['ci_method']} bootstrap, widened by the threshold "
-        f"sensitivity {unc['threshold_deviation']:.4f})"
+        f"{unc['ci90'][1]:.4f}] ({unc['ci_method']} bootstrap, widened by the tail model's "
+        f"sensitivity to its threshold, {unc['threshold_deviation']:.4f}, and to the prior on its "
+        f"shape, {unc['prior_deviation']:.4f})"
     )
     return {
         "ci90": unc["ci90"],

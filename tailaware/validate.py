@@ -7,8 +7,9 @@ alone, next to the baselines (evaluate-at-S, the power-law and log-uniform curve
 `curvefit`) and two oracles that know the true hardness (expected-rank map and Poisson E[AP]:
 the law's own error). Reported per estimator and fraction: bias and mean absolute error against
 the realized truth, coverage of the 90% interval over the draws (the reported one, which adds the
-tail model's threshold sensitivity to the sampling interval, then the sampling interval = nested
-bootstrap and its query and distractor parts; `bootstrap.intervals`), and per-positive
+tail model's threshold and prior sensitivity to the sampling interval, then the sampling
+interval = nested bootstrap and its query and distractor parts; `bootstrap.intervals`) and its
+median half-width, and per-positive
 calibration of the tail-priced positives (median estimated / true hardness, log-correlation,
 share priced 0). The nested bootstrap runs on the first draw of each cell and its
 distractor spread serves the intervals of all the cell's draws (it depends on the benchmark and

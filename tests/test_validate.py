@@ -129,12 +129,15 @@ def test_protocol_warns_about_a_query_without_a_tail_fit():
     assert shallow(predict.predict(small, cfg, 10**6))
 
 
-def test_protocol_warns_when_the_prediction_moves_with_the_threshold():
+def test_protocol_warns_when_the_prediction_moves_with_the_threshold_or_the_prior():
     rng = np.random.default_rng(3)
     reps = 0.5 + 0.01 * rng.standard_normal(1000)
-    calm = bootstrap.intervals(0.5, reps, None, deviation=0.005)
-    assert protocol._threshold_sensitive(calm, 1000) == ""
+    calm = bootstrap.intervals(0.5, reps, None, deviation=0.005, prior_deviation=0.005)
+    assert protocol._model_sensitive(calm, 1000) == []
     moved = bootstrap.intervals(0.5, reps, None, deviation=0.03)
-    note = protocol._threshold_sensitive(moved, 1000)
+    (note,) = protocol._model_sensitive(moved, 1000)
     assert note.startswith("THRESHOLD SENSITIVE: mAP@1000 moves by 0.0300")
     assert "sd 0.0" in note
+    both = bootstrap.intervals(0.5, reps, None, deviation=0.03, prior_deviation=0.02)
+    _, note = protocol._model_sensitive(both, 1000)
+    assert note.startswith("PRIOR SENSITIVE: mAP@1000 moves by 0.0200")
