@@ -3,13 +3,14 @@
 Two simulated systems on the same queries (`simulate.second_system`: system B's hardness is
 A's times a lognormal factor, against distractor laws of its own), each sampled independently
 at fraction f of an N = 10^8 pool, each predicted by the predict job (`predict.predict`: the
-default estimator with its nested bootstrap and threshold reruns), compared by the compare job
-(`compare.predictions`). The truth is the difference of the two pools' realized mAP@1000.
+default estimator with its nested bootstrap, threshold reruns and prior reruns), compared by
+the compare job (`compare.predictions`). The truth is the difference of the two pools'
+realized mAP@1000.
 
 Per cell (family, f) it prints the mean error of the predicted difference, the coverage of the
-reported 90% interval (every term), of the interval without the threshold term (queries and
-distractor samples alone), its median half-width, and how often the difference was resolved
-and, when resolved, of the right sign.
+reported 90% interval (every term), of the interval without the model terms (threshold and
+prior: queries and distractor samples alone), its median half-width, and how often the
+difference was resolved and, when resolved, of the right sign.
 
 Command (about ten minutes on 2 cores at the defaults):
   python benchmarks/paired_coverage.py [--queries 300] [--draws 8] [--shift 0.7]
@@ -75,7 +76,7 @@ def main():
     regime = simulate.REGIMES["paper"]
     cells = []
     print(
-        f"{'family':<13}{'f':>8}{'truth':>9}{'error':>9}{'cover90':>9}{'w/o thr':>9}"
+        f"{'family':<13}{'f':>8}{'truth':>9}{'error':>9}{'cover90':>9}{'w/o mdl':>9}"
         f"{'±90':>8}{'resolved':>10}{'sign ok':>9}"
     )
     for family in args.families.split(","):
@@ -116,7 +117,7 @@ def main():
     sampling = float(np.mean([c["coverage90_sampling"] for c in cells]))
     print(
         f"\ncoverage of the 90% interval over all cells: {overall:.2f} "
-        f"(without the threshold term {sampling:.2f})"
+        f"(without the threshold and prior terms {sampling:.2f})"
     )
     print(json.dumps({"args": vars(args), "cells": cells}))
 
