@@ -43,13 +43,13 @@ LEVELS = (0.90, 0.95)
 # jointly on 2026-12-01 from the recorded parts of every interval (factors 2-4 x 0-2 in steps
 # of 1/2) of the validation's paper and stress regimes (20 draws in each of 12 cells, with the
 # nested bootstrap) and the sizes grid of `benchmarks/tail_families.py` (six families x 13
-# gallery sizes and fractions, 2 draws, seeds 0 and 1): (2.5, 1.5) holds the truth in 94% and
-# 92% of the grid draws (median half-width 0.089, 0.078), in 95% or more of every paper cell's
-# draws (half-width 0.082) and all stress draws (0.148). The threshold term alone (3, 0), the
-# choice before the prior term existed, has the same grid coverage (93%, 92%) but covers only
-# 70% of one paper cell (`truncnorm` at 1%); (3, 1) 85% there at the same width. Query
-# intervals alone: 57% and 39% of the grid draws. The nested bootstrap's distractor term widens
-# the interval further.
+# gallery sizes and fractions, 2 draws; seeds 0, 1, 2 with 200, 1,000, 500 queries): (2.5, 1.5)
+# holds the truth in 94%, 92% and 93% of the grid draws (median half-width 0.089, 0.078,
+# 0.079), in 95% or more of every paper cell's draws (half-width 0.082) and all stress draws
+# (0.148). The threshold term alone (3, 0), the choice before the prior term existed, has about
+# the same grid coverage (93%, 92%, 91%) but covers only 70% of one paper cell (`truncnorm` at
+# 1%); (3, 1) 85% there at the same width. Query intervals alone: 57%, 39%, 50% of the grid
+# draws. The nested bootstrap's distractor term widens the interval further.
 THRESHOLD_SD = 2.5
 PRIOR_SD = 1.5
 
@@ -449,7 +449,7 @@ def intervals(
         stores it, `tailaware.artifact`): it widens the query interval as the replicates would,
         and the distractor interval is normal. Ignored when `nested` is given.
       prior_deviation: how far the prediction moves under other priors on the tail shape
-        (`protocol.size_intervals`); 0 without a tail posterior.
+        (`protocol.prior_maps`); 0 without a tail posterior.
     """
     widen = nested is not None or sd_distractor is not None
     out = {"ci_method": "nested" if widen else "query"}

@@ -453,7 +453,8 @@ def estimate(
     tail model's own error, which no resampling of the data sees (`tailaware.bootstrap.intervals`
     widens the reported interval by it). The reruns price positives as the estimate does, by the
     tail above their own threshold and by counts elsewhere, and carry no diagnostics (`info` is
-    empty). They share the estimate's compiled program.
+    empty). They share the estimate's compiled program. Method "mean" also returns, with the
+    reruns, its weights under a flatter and a steeper prior on xi (`prior_weights`).
 
     Reads `config.evt.top_m` (M), `config.evt.threshold_quantile` (q) and `config.evt.min_count`.
     `info` holds the keys of `diagnostics` plus, per query, fitted (a tail was fitted: some

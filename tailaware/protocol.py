@@ -275,6 +275,24 @@ def _raised_thresholds(hardness: estimators.Hardness) -> tuple[float, str]:
     )
 
 
+# The model terms' warnings: (`bootstrap.intervals` field, name, what moves, what it means).
+_SENSITIVE = (
+    (
+        "threshold_deviation",
+        "THRESHOLD SENSITIVE",
+        "when the tail threshold keeps half or twice the excesses",
+        "the tail model is unsettled here: sample more distractors",
+    ),
+    (
+        "prior_deviation",
+        "PRIOR SENSITIVE",
+        "under a flatter or a steeper prior on the tail shape",
+        "the sample leaves the tails' shape beyond it to the prior: sample more distractors, or "
+        "predict at a smaller N",
+    ),
+)
+
+
 def _model_sensitive(unc: dict, k: int) -> list[str]:
     """Returns warnings when the prediction moves with the tail threshold or with the prior on
     the tail shape beyond query noise.
@@ -283,23 +301,12 @@ def _model_sensitive(unc: dict, k: int) -> list[str]:
     moves; the warnings say why it is wide and what would narrow it.
     """
     sd_q = unc["sd_query"]
-    out = []
-    dev = unc.get("threshold_deviation", 0.0)
-    if dev > sd_q:
-        out.append(
-            f"THRESHOLD SENSITIVE: mAP@{k} moves by {dev:.4f} when the tail threshold keeps half "
-            f"or twice the excesses, more than the query noise (sd {sd_q:.4f}); the interval "
-            "includes it, but the tail model is unsettled here: sample more distractors"
-        )
-    dev = unc.get("prior_deviation", 0.0)
-    if dev > sd_q:
-        out.append(
-            f"PRIOR SENSITIVE: mAP@{k} moves by {dev:.4f} under a flatter or a steeper prior on "
-            f"the tail shape, more than the query noise (sd {sd_q:.4f}); the interval includes "
-            "it, but the sample leaves the tails' shape beyond it to the prior: sample more "
-            "distractors, or predict at a smaller N"
-        )
-    return out
+    return [
+        f"{name}: mAP@{k} moves by {unc[key]:.4f} {how}, more than the query noise (sd "
+        f"{sd_q:.4f}); the interval includes it, but {why}"
+        for key, name, how, why in _SENSITIVE
+        if unc.get(key, 0.0) > sd_q
+    ]
 
 
 def augment(
