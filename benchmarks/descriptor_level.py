@@ -11,8 +11,8 @@ the full pool and at a quarter of it, and an id-hash sample of each fraction, ne
 predicts mAP@k at both sizes from each sample: the mean error (prediction minus truth) and the
 mean absolute error of `evt_averaged`, `evt`, `count` and evaluate-at-S over the benchmarks,
 and how often the 90% interval of `evt_averaged` without its nested bootstrap (the query
-bootstrap widened by the threshold term, `bootstrap.intervals`; in brackets the query interval
-alone) held the truth at the full pool.
+bootstrap widened by the threshold and prior terms, `protocol.size_intervals`; in brackets the
+query interval alone) held the truth at the full pool.
 
 Command (2 CPU cores; 40-80 s per benchmark, 12 at the defaults, about 15 minutes):
   python benchmarks/descriptor_level.py [--dims 64,128,256,512] [--seeds 0,1,2]
@@ -57,12 +57,11 @@ def cell(scores, truth: dict, config) -> dict:
     for name in ESTIMATORS:
         averaged = name == "evt_averaged"  # with its threshold reruns, for the interval
         h = protocol.estimate(scores, config) if averaged else estimators.get(name)(scores, config)
-        aps = predict.per_query_ap(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
+        aps, priors = protocol.prior_maps(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
         for n, a in zip(sizes, aps, strict=True):
             row[f"{name}@{n}"] = float(a.mean()) - truth[n]
         if averaged:  # the reported interval at the largest N, without the nested bootstrap
             maps = protocol.threshold_maps(scores, config, sizes, h)
-            priors = protocol.prior_maps(h, sizes, k, scores.fixed_counts, scores)
             unc = protocol.size_intervals(aps, protocol.settings(config), maps, priors=priors)[-1]
             t = truth[sizes[-1]]
             row["cover90"] = bool(unc["ci90"][0] <= t <= unc["ci90"][1])

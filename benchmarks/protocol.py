@@ -60,7 +60,7 @@ def _sample(args):
 def jax_side(args) -> dict:
     """Runs the protocol with tailaware; returns timings (compilation included)."""
     from configs import default
-    from tailaware import bootstrap, compilation_cache, predict, protocol
+    from tailaware import bootstrap, compilation_cache, protocol
 
     compilation_cache.enable()  # the directory comes from TAILAWARE_JAX_CACHE (set by main)
     scores = _sample(args)
@@ -71,15 +71,14 @@ def jax_side(args) -> dict:
     t1 = time.perf_counter()
     sizes = np.concatenate([[args.n_target], np.geomspace(1e3, 1e9, 25)])
     # With the mAP@k under the other priors on the tail shape, in the same pass (as the job).
-    aps, *priors = predict.per_query_ap(hardness, sizes, 1000, scores.fixed_counts, scores, True)
-    reps = bootstrap.query_bootstrap(aps, args.replicates)
+    aps, priors = protocol.prior_maps(hardness, sizes, 1000, scores.fixed_counts, scores)
+    bootstrap.query_bootstrap(aps, args.replicates)
     t2 = time.perf_counter()
     maps = protocol.threshold_maps(scores, config, sizes, hardness)
     t3 = time.perf_counter()
-    points = aps.mean(axis=1)
-    dev = np.max(np.abs(maps - points), axis=0)
-    prior = np.max(np.abs(np.mean(priors, axis=-1) - points), axis=0) if priors else 0 * dev
-    ci90 = bootstrap.intervals(float(points[0]), reps[0], None, dev[0], None, prior[0])["ci90"]
+    at_n = lambda a: None if a is None else a[:, :1]
+    opts = {"query_replicates": args.replicates, "seed": 0}
+    ci90 = protocol.size_intervals(aps[:1], opts, at_n(maps), priors=at_n(priors))[0]["ci90"]
     out = {
         "jax_s": time.perf_counter() - t0,
         "estimate_s": t1 - t0,

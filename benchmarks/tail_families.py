@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import estimators, hardness, predict, protocol, simulate  # noqa: E402
+from tailaware import estimators, hardness, protocol, simulate  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 # (N, sample fraction) cells of each grid.
@@ -83,14 +83,12 @@ def cell(bench, fraction, draws, config, k, seed=0) -> dict:
         for name in ESTIMATORS:
             averaged = name == "evt_averaged"  # with its threshold reruns, for the interval
             h = protocol.estimate(sc, config) if averaged else estimators.get(name)(sc, config)
-            aps = predict.per_query_ap(h, bench.n_pool, k, sc.fixed_counts, sc)
+            aps, priors = protocol.prior_maps(h, [bench.n_pool], k, sc.fixed_counts, sc)  # [1, Q]
             errors[name].append(float(aps.mean()) - truth)
             if averaged:
-                sizes = [bench.n_pool]
-                maps = protocol.threshold_maps(sc, config, sizes, h)
-                priors = protocol.prior_maps(h, sizes, k, sc.fixed_counts, sc)
+                maps = protocol.threshold_maps(sc, config, [bench.n_pool], h)
                 opts = protocol.settings(config)
-                unc = protocol.size_intervals(aps[None], opts, maps, priors=priors)[0]
+                unc = protocol.size_intervals(aps, opts, maps, priors=priors)[0]
                 covered.append(unc["ci90"][0] <= truth <= unc["ci90"][1])
                 covered_query.append(unc["ci90_query"][0] <= truth <= unc["ci90_query"][1])
     return {

@@ -46,7 +46,6 @@ import os
 import numpy as np
 
 from tailaware import atomic, estimators, protocol
-from tailaware import predict as predict_lib
 from tailaware.scores import SampledScores
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
@@ -391,8 +390,7 @@ def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int 
     sizes = np.atleast_1d(np.asarray(n, np.float64))
     sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
     h = art.hardness
-    aps, *priors = predict_lib.per_query_ap(h, sizes, k, art.fixed_counts, sample, priors=True)
-    priors = np.mean(priors, axis=-1) if priors else None
+    aps, priors = protocol.prior_maps(h, sizes, k, art.fixed_counts, sample)
     maps = protocol.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
     opts = {"query_replicates": replicates, "seed": seed}
     sd = distractor_sd_at(art, sizes, k)

@@ -130,14 +130,12 @@ def threshold_maps(scores: SampledScores, config, sizes, estimated=None) -> np.n
     return rerun_maps(reruns, sizes, int(config.k), scores.fixed_counts, scores)
 
 
-def prior_maps(hardness: estimators.Hardness, sizes, k: int, fixed, sample) -> np.ndarray | None:
-    """Returns mAP@k [T, G] of the estimate under its other priors on the tail shape (a flatter
-    and a steeper one, `Hardness.prior_weights`) at the sizes [G], or None without them; `fixed`
-    and `sample` as in `predict.per_query_ap` (whose `priors` pass also gives the estimate's own
-    per-query AP; use it where that is needed too)."""
-    if hardness.prior_weights is None:
-        return None
-    return predict.per_query_ap(hardness, sizes, k, fixed, sample, priors=True)[1:].mean(axis=-1)
+def prior_maps(hardness: estimators.Hardness, sizes, k: int, fixed, sample) -> tuple:
+    """Returns (per-query AP@k [G, Q] of the estimate, its mAP@k [T, G] under its other priors on
+    the tail shape, a flatter and a steeper one, or None without them) at the sizes [G], in one
+    E[AP] pass (`predict.per_query_ap(..., priors=True)`); `fixed` and `sample` as there."""
+    aps, *priors = predict.per_query_ap(hardness, sizes, k, fixed, sample, priors=True)
+    return aps, (np.mean(priors, axis=-1) if priors else None)
 
 
 def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
@@ -169,7 +167,9 @@ def model_deviations(scores: SampledScores, config, sizes, points, estimated=Non
     if h is None and tail_method(config.estimator) is not None:
         h = estimate(scores, config)
     maps = threshold_maps(scores, config, sizes, h)
-    priors = None if h is None else prior_maps(h, sizes, int(config.k), scores.fixed_counts, scores)
+    priors = (
+        None if h is None else prior_maps(h, sizes, int(config.k), scores.fixed_counts, scores)[1]
+    )
     return _deviation(maps, points), _deviation(priors, points)
 
 
@@ -332,10 +332,8 @@ def augment(
     fixed = scores.fixed_counts
     grid = np.geomspace(*CURVE_RANGE, int(opts["curve_points"]))
     sizes = np.concatenate([[float(n_target)], grid])
-    # [G, Q], and the mAP@k under the other priors on the tail shape [T, G] in the same pass.
-    aps, *priors = predict.per_query_ap(hardness, sizes, k, fixed, scores, priors=True)
+    aps, priors = prior_maps(hardness, sizes, k, fixed, scores)  # [G, Q], [T, G] or None
     points = aps.mean(axis=1)
-    priors = np.mean(priors, axis=-1) if priors else None
 
     nested = None
     if int(opts["nested_replicates"]) > 0:

@@ -9,11 +9,10 @@ the law's own error). Reported per estimator and fraction: bias and mean absolut
 the realized truth, coverage of the 90% interval over the draws (the reported one, which adds the
 tail model's threshold and prior sensitivity to the sampling interval, then the sampling
 interval = nested bootstrap and its query and distractor parts; `bootstrap.intervals`) and its
-median half-width, and per-positive
-calibration of the tail-priced positives (median estimated / true hardness, log-correlation,
-share priced 0). The nested bootstrap runs on the first draw of each cell and its
-distractor spread serves the intervals of all the cell's draws (it depends on the benchmark and
-S, not on the draw); this keeps the study to minutes.
+median half-width, and per-positive calibration of the tail-priced positives (median estimated
+/ true hardness, log-correlation, share priced 0). The nested bootstrap runs on the first draw
+of each cell and its distractor spread serves the intervals of all the cell's draws (it
+depends on the benchmark and S, not on the draw); this keeps the study to minutes.
 
 Command: `python launch.py --config=configs/validate.py --workdir=DIR`. Writes
 DIR/validation.json, DIR/validation.txt (the table) and DIR/validation_{errors,calibration}.png.
@@ -34,7 +33,6 @@ from tailaware import (
     curvefit,
     estimators,
     law,
-    predict,
     protocol,
     simulate,
 )
@@ -102,26 +100,24 @@ def one_draw(bench, fraction, seed, config, names, nested=None) -> dict:
             h = point = protocol.estimate(scores, config)
         else:
             h = estimators.get(name)(scores, config)
-        aps = predict.per_query_ap(h, n, k, scores.fixed_counts, scores)
+        aps, priors = protocol.prior_maps(h, [n], k, scores.fixed_counts, scores)  # [1, Q]
         preds[name] = float(aps.mean())
         if h.tail_priced.any():
             calib[name] = calibration(h, bench.x)
         if name == config.estimator:
-            point_aps = aps
+            point_aps, point_priors = aps, priors
     preds["evaluate-at-S"] = curvefit.at_sample_map(scores, k)
     subs = budget.nested_subsamples(scores, 3, seed)
     preds.update({m: float(v_) for m, v_ in curvefit.extrapolate(subs, k, n).items()})
 
-    reps = bootstrap.query_bootstrap(point_aps, int(v.query_replicates), seed)
     if nested is None:
         nested = bootstrap.nested_bootstrap(
             scores, config.estimator, config, [float(n)], int(v.nested_replicates), seed
         )
         out["nested"] = nested
-    at0 = None if nested is None else {key: val[0] for key, val in nested.items()}
-    mean = float(point_aps.mean())
-    dev, prior = protocol.model_deviations(scores, config, [float(n)], [mean], point)
-    out["interval"] = bootstrap.intervals(mean, reps, at0, dev[0], prior_deviation=prior[0])
+    maps = protocol.threshold_maps(scores, config, [float(n)], point)
+    opts = {"query_replicates": int(v.query_replicates), "seed": seed}
+    out["interval"] = protocol.size_intervals(point_aps, opts, maps, nested, None, point_priors)[0]
     out["predictions"] = preds
     out["calibration"] = calib
     return out
