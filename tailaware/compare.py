@@ -4,10 +4,10 @@ The queries are shared, so the comparison is paired (paper App. C, ranking resol
 bootstrap resamples queries once per replicate and takes the mean AP difference of the two
 systems on the same resample, which cancels the between-query variance both share. When the
 systems' distractor-sample noise is known (nested bootstrap sds), it is added in quadrature:
-the two samples are independent given the queries. When the tail model's threshold
-sensitivity of the difference is given (`threshold_deviation`: how far A - B moves when both
-estimates are rerun at other tail thresholds, and under other priors on the tail shape), it is
-added too, as `bootstrap.intervals` adds a single system's.
+the two samples are independent given the queries. When the tail model's sensitivities of the
+difference are given (`paired_deviation`: how far A - B moves when both estimates are rerun at
+other tail thresholds, and under other priors on the tail shape), they are added too, as
+`bootstrap.intervals` adds a single system's.
 
 Reported: the difference and its intervals, P(A beats B) (the share of replicates with a
 positive difference), and the smallest margin the sample can resolve: the difference at which
@@ -52,10 +52,10 @@ def paired(
       seed: PRNG seed.
       sd_distractor_a, sd_distractor_b: distractor-sample sds of each system's mAP (nested
         bootstrap), added in quadrature; 0 for query noise alone.
-      deviation: the difference's threshold sensitivity (`threshold_deviation`), added in
+      deviation: the difference's threshold sensitivity (`paired_deviation`), added in
         quadrature as a normal error of sd `bootstrap.THRESHOLD_SD` x deviation.
       prior_deviation: the difference's sensitivity to the prior on the tail shape
-        (`threshold_deviation` of the prior reruns), sd `bootstrap.PRIOR_SD` x prior_deviation.
+        (`paired_deviation` of the prior reruns), sd `bootstrap.PRIOR_SD` x prior_deviation.
 
     Returns:
       {"difference", "ci90", "ci95", "sd", "p_a_beats_b", "resolvable_margin", "resolved"}.
@@ -85,8 +85,8 @@ def paired(
     return out
 
 
-def threshold_deviation(prediction_a: dict, prediction_b: dict, field="threshold_maps") -> float:
-    """Returns how far the difference A - B moves when both tails' thresholds do, or 0.
+def paired_deviation(prediction_a: dict, prediction_b: dict, field="threshold_maps") -> float:
+    """Returns how far the difference A - B moves when both tails' thresholds (or priors) do.
 
     From two prediction.json dicts (`map` and `uncertainty.threshold_maps`: each estimate rerun
     with half and twice the excesses): the larger of |(A_r - B_r) - (A - B)| over the two
@@ -108,7 +108,7 @@ def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, see
     """Returns `paired` on two predict jobs' outputs (prediction.json dicts), with every term.
 
     The per-query AP, the distractor-sample sds (`uncertainty.sd_distractor`, when the nested
-    bootstrap ran) and the difference's threshold and prior sensitivities (`threshold_deviation`)
+    bootstrap ran) and the difference's threshold and prior sensitivities (`paired_deviation`)
     come from the predictions. They must be of the same queries in the same order (`query_ids`,
     when both have them), at the same N and k.
 
@@ -139,7 +139,7 @@ def predictions(prediction_a: dict, prediction_b: dict, num_replicates=1000, see
             "a paired comparison needs the same queries in the same order"
         )
     sd = lambda p: float(p.get("uncertainty", {}).get("sd_distractor", 0.0))
-    dev, dev_prior = threshold_deviation(a, b), threshold_deviation(a, b, "prior_maps")
+    dev, dev_prior = paired_deviation(a, b), paired_deviation(a, b, "prior_maps")
     out = paired(
         a["per_query_ap"], b["per_query_ap"], num_replicates, seed, sd(a), sd(b), dev, dev_prior
     )

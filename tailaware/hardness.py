@@ -501,13 +501,10 @@ def prior_weights(weights: np.ndarray) -> np.ndarray:
     The prior enters the weights as a factor (`posterior`), so another prior is a re-weighting of
     the same atoms (exact, in float64).
     """
-    xis = np.linspace(XI_MIN, 0.0, XI_GRID_SIZE)
-    w = np.asarray(weights, np.float64)
-    out = []
-    for shift in (-PRIOR_SPREAD, PRIOR_SPREAD):
-        v = w * np.exp(shift * xis)[None, :]
-        out.append(v / v.sum(axis=1, keepdims=True))
-    return np.stack(out)
+    xis = np.asarray(xi_grid()[0], np.float64)
+    shifts = np.array([-PRIOR_SPREAD, PRIOR_SPREAD])
+    w = np.asarray(weights, np.float64)[None] * np.exp(shifts[:, None] * xis)[:, None, :]
+    return w / w.sum(axis=2, keepdims=True)
 
 
 def _reruns(mask, pos, counts, cfg, s, log_atoms, weights, u, fitted):

@@ -41,27 +41,25 @@ def test_no_difference_is_not_resolved_and_margin_scales():
         compare.paired(a, b[:-1])
 
 
-def test_threshold_deviation_of_the_difference():
+def test_paired_deviation_of_the_difference():
     def pred(m, half, double):
         return {"map": m, "uncertainty": {"threshold_maps": [half, double]}}
 
     # Both estimates move alike with the threshold: the difference does not move.
-    assert compare.threshold_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (
+    assert compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (
         pytest.approx(0.0, abs=1e-12)
     )
     # Opposite moves add up: (0.02 - (-0.01)) at half, (-0.03 - 0.01) at double.
-    got = compare.threshold_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
+    got = compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
     assert got == pytest.approx(0.04)
     # Without reruns (an estimator without a tail model, or an older file): no term.
-    assert compare.threshold_deviation({"map": 0.5}, pred(0.4, 0.39, 0.41)) == 0.0
-    assert compare.threshold_deviation(pred(0.5, 0.5, 0.5), {"map": 0.4, "uncertainty": {}}) == 0
+    assert compare.paired_deviation({"map": 0.5}, pred(0.4, 0.39, 0.41)) == 0.0
+    assert compare.paired_deviation(pred(0.5, 0.5, 0.5), {"map": 0.4, "uncertainty": {}}) == 0
     # The prior reruns pair the same way.
     priors = lambda m, flat, steep: {"map": m, "uncertainty": {"prior_maps": [flat, steep]}}
-    got = compare.threshold_deviation(
-        priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps"
-    )
+    got = compare.paired_deviation(priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps")
     assert got == pytest.approx(0.01)
-    assert compare.threshold_deviation(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
+    assert compare.paired_deviation(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
 
 
 def test_paired_adds_the_threshold_term_in_quadrature():
