@@ -29,6 +29,27 @@ def test_survival_inverts(family):
         assert (bench.x[above] > 0).all() and (bench.x[above] < 1e-4).all()
 
 
+def test_truncnorm_is_scipys_and_a_higher_cut_conditioned_below_is_the_lower_one():
+    # The premise of benchmarks/identifiability.py: the law cut at c' > c, conditioned on
+    # scores below the cut at c, is the cut-at-c law; the higher cut puts mass p above c.
+    bench = simulate.make_benchmark(20, family="truncnorm", seed=0)
+    lw = bench.law
+    z = np.linspace(-3.0, 7.5, 40)[None]
+    s = lw["mu"][:, None] + lw["sd"][:, None] * z
+    ref = stats.truncnorm.sf(z, -lw["c_lo"][:, None], lw["c"][:, None])
+    np.testing.assert_allclose(simulate.survival(lw, "truncnorm", s), ref, rtol=1e-6, atol=1e-15)
+    c_hi = lw["c"] + 1.5
+    higher = dict(lw, c=c_hi, e=lw["mu"] + c_hi * lw["sd"])
+    g_hi = simulate.survival(higher, "truncnorm", s)
+    p = stats.truncnorm.sf(lw["c"], -lw["c_lo"], c_hi)[:, None]
+    below = s <= lw["e"][:, None]
+    conditioned = (g_hi - p) / (1.0 - p)
+    g = simulate.survival(lw, "truncnorm", s)
+    np.testing.assert_allclose(conditioned[below], g[below], rtol=1e-6, atol=1e-15)
+    between = ~below & (s < higher["e"][:, None])  # above the lower cut, below the higher
+    assert between.any() and (g_hi[between] > 0).all() and (g[~below] == 0).all()
+
+
 @pytest.mark.parametrize("family", ["kumaraswamy", "truncnorm", "normal"])
 def test_second_system_is_paired_and_consistent(family):
     a = simulate.make_benchmark(400, family=family, seed=0)
