@@ -43,7 +43,7 @@ from scipy import special
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import protocol, simulate, validate  # noqa: E402
+from tailaware import predict, protocol, simulate, validate  # noqa: E402
 
 FRACTIONS = (0.0005, 0.01, 0.05)
 N_POOL = 100_000_000
@@ -102,9 +102,8 @@ def mean_error(bench: simulate.Benchmark, fraction: float, draws: int, config) -
     errors = []
     for seed in range(draws):
         d = simulate.draw(bench, fraction, int(config.evt.top_m), seed)
-        h = protocol.estimate(d.scores, config)
-        sc = d.scores
-        aps, _ = protocol.prior_maps(h, [bench.n_pool], int(config.k), sc.fixed_counts, sc)
+        h = protocol.estimate(d.scores, config)  # as the validation estimates
+        aps = predict.per_query_ap(h, bench.n_pool, int(config.k), d.scores.fixed_counts, d.scores)
         errors.append(float(aps.mean()) - simulate.true_map(d.truth_counts, int(config.k)))
     return float(np.mean(errors))
 
