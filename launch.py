@@ -9,7 +9,7 @@ import importlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from tailaware import compilation_cache
+from tailaware.jobs import compilation_cache
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

@@ -1,9 +1,9 @@
 """Predicted mAP@k against exact truth on descriptor-level benchmarks (real cosine scores).
 
 The validation job and `benchmarks/tail_families.py` test the estimators on the score-level
-simulator, whose per-query distractor laws are written down (`tailaware.simulate`). This sweep
+simulator, whose per-query distractor laws are written down (`tailaware.sim.simulate`). This sweep
 asks the same question where nobody wrote the laws down: the demo's synthetic ILIAS-like
-benchmark (`tailaware.synthetic`: unit descriptors, 48 distractor clusters of unequal weight and
+benchmark (`tailaware.sim.synthetic`: unit descriptors, 48 distractor clusters of unequal weight and
 spread, object instances pulled towards them), scored exhaustively, so the score laws, their
 tails and the hardness of every positive are whatever the geometry makes them. For each
 descriptor dimension and seed it builds a benchmark, scores every distractor once (the truth at
@@ -29,7 +29,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import demo, estimators, predict, protocol, synthetic  # noqa: E402
+from tailaware.jobs import demo, predict  # noqa: E402
+from tailaware.protocol import augment as protocol
+from tailaware.sim import synthetic
+from tailaware.tail import estimators
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 COLUMNS = (*ESTIMATORS, "at_sample")

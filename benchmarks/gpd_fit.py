@@ -2,7 +2,7 @@
 
 Usage: `python benchmarks/gpd_fit.py [--problems 100000] [--excesses 200] [--scipy 100]`
 (about 1-2 minutes on 2 CPU cores). Fits `--problems` random GPD samples (shape uniform in
-[-1, 0], some with coefficient of variation > 1) with `tailaware.gpd.fit_batch` (float32, one
+[-1, 0], some with coefficient of variation > 1) with `tailaware.tail.gpd.fit_batch` (float32, one
 jit-compiled vmapped call, compilation excluded) and a subset of `--scipy` of them in a Python
 loop of `scipy.stats.genpareto.fit(y, floc=0)`; prints fits/s of both and the ratio (the bar:
 >= 300x), and, on the shared subset, the mean and worst log-likelihood difference (ours minus
@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from tailaware import gpd  # noqa: E402
+from tailaware.tail import gpd  # noqa: E402
 
 
 def problems(q, n, seed=0):
@@ -87,7 +87,7 @@ def main():
     print(
         f"problems: {args.problems} x {args.excesses} excesses (float32), scipy subset: {len(sub)}"
     )
-    print(f"tailaware.gpd.fit_batch: {ours_rate:12,.0f} fits/s  (best of {args.repeats})")
+    print(f"tailaware.tail.gpd.fit_batch: {ours_rate:12,.0f} fits/s  (best of {args.repeats})")
     print(f"scipy genpareto.fit:     {scipy_rate:12,.1f} fits/s")
     print(f"speed-up: {ours_rate / scipy_rate:,.0f}x  (bar: >= 300x)")
     print(

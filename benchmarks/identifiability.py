@@ -43,7 +43,9 @@ from scipy import special
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import predict, protocol, simulate, validate  # noqa: E402
+from tailaware.jobs import predict, validate  # noqa: E402
+from tailaware.protocol import augment as protocol
+from tailaware.sim import simulate
 
 FRACTIONS = (0.0005, 0.01, 0.05)
 N_POOL = 100_000_000

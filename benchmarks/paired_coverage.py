@@ -26,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import compare, predict, simulate  # noqa: E402
+from tailaware.jobs import compare, predict  # noqa: E402
+from tailaware.sim import simulate
 
 N_POOL = 100_000_000
 K = 1000

@@ -7,7 +7,7 @@ compiled program; `estimate_s`), mAP@k at the target N and on a 25-point curve f
 interval's model term (the threshold reruns' curves, `protocol.threshold_maps`: `threshold_s`;
 the curves under the other priors on the tail shape come with the E[AP] pass, `maps_s`).
 Optionally (`--nested`) the nested bootstrap too, reported separately. It runs twice, in two
-fresh processes sharing an empty persistent compilation cache (`tailaware.compilation_cache`,
+fresh processes sharing an empty persistent compilation cache (`tailaware.jobs.compilation_cache`,
 on in every `launch.py` job): `jax_cold_s` compiles everything, `jax_warm_s` is every later run
 on the same machine.
 
@@ -51,7 +51,7 @@ def _parse():
 
 
 def _sample(args):
-    from tailaware import simulate
+    from tailaware.sim import simulate
 
     bench = simulate.make_benchmark(args.queries, seed=0)
     return simulate.draw(bench, args.fraction, 4000, seed=1).scores
@@ -60,7 +60,9 @@ def _sample(args):
 def jax_side(args) -> dict:
     """Runs the protocol with tailaware; returns timings (compilation included)."""
     from configs import default
-    from tailaware import bootstrap, compilation_cache, protocol
+    from tailaware.jobs import compilation_cache
+    from tailaware.protocol import augment as protocol
+    from tailaware.protocol import bootstrap
 
     compilation_cache.enable()  # the directory comes from TAILAWARE_JAX_CACHE (set by main)
     scores = _sample(args)

@@ -2,10 +2,10 @@
 
 Scores computed or stored in float16 sit on a grid of 2^-11 near 0.8; the top 200 of a sample
 span only tens of steps, and a GPD fit reads the pile-up of equal values as a short tail. Each
-cell simulates a benchmark (`tailaware.simulate`, N = 10^8), draws one sample, and predicts
+cell simulates a benchmark (`tailaware.sim.simulate`, N = 10^8), draws one sample, and predicts
 mAP@1000 from its float32 tail scores, from the same scores rounded to float16 as a file would
 hold them (`--positives` rounds the positives' scores too; `--step 0.001` rounds to a grid of
-0.001 instead) with `tailaware.dequantize` switched off, and with it on (the default). Prints the
+0.001 instead) with `tailaware.tail.dequantize` switched off, and with it on (the default). Prints the
 error of each against the realized truth.
 
 Command (2 CPU cores, about a minute):
@@ -22,7 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import default  # noqa: E402
-from tailaware import dequantize, hardness, predict, simulate  # noqa: E402
+from tailaware.jobs import predict
+from tailaware.sim import simulate
+from tailaware.tail import dequantize  # noqa: E402
+from tailaware.tail import evt as hardness
 
 
 def _parse():

@@ -63,7 +63,8 @@ def shards_of(x, shard_rows):
     They read rows as the library's readers do (`ilias.take_rows`): a contiguous range as one
     slice (here a view, as from a memory-mapped `.npy` shard), other rows by gather.
     """
-    from tailaware import ilias, scoring
+    from tailaware.jobs import ilias
+    from tailaware.search import scoring
 
     def shard(i, start):
         n = min(shard_rows, x.shape[0] - start)
@@ -76,7 +77,7 @@ def shards_of(x, shard_rows):
 
 def scoring_pass(backend_name, queries, x, m, block, n_pos=6):
     """Seconds for the full pass (top-M + counts) over x; returns (seconds, state, backend)."""
-    from tailaware import scoring
+    from tailaware.search import scoring
 
     rng = np.random.default_rng(1)
     pos = rng.uniform(0.2, 0.6, (queries.shape[0], n_pos)).astype(np.float32)
@@ -175,7 +176,7 @@ def main():
     ]
     rows = [
         ("numpy matmul (float32)", t_np, f"OpenBLAS {numpy_kernel[0] if numpy_kernel else '?'}"),
-        ("host pass: top-M + counts", t_host, "numpy matmul + tailaware.topk"),
+        ("host pass: top-M + counts", t_host, "numpy matmul + tailaware.search.topk"),
     ]
     faiss_runs = [(c, run_faiss(args, c)) for c in ("", args.coretype)]
     for coretype, r in faiss_runs:

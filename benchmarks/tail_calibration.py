@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tailaware import hardness  # noqa: E402
+from tailaware.tail import evt as hardness  # noqa: E402
 
 LAWS = {
     "bounded": {

@@ -32,7 +32,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware import estimators, hardness, protocol, simulate  # noqa: E402
+from tailaware.protocol import augment as protocol
+from tailaware.sim import simulate
+from tailaware.tail import estimators  # noqa: E402
+from tailaware.tail import evt as hardness
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 # (N, sample fraction) cells of each grid.

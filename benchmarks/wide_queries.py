@@ -1,6 +1,6 @@
 """Time and memory of a prediction when a few queries have far more positives than the rest.
 
-Positives are padded to the widest query; `tailaware.buckets` evaluates the law in groups of
+Positives are padded to the widest query; `tailaware.core.buckets` evaluates the law in groups of
 queries of similar width instead. Both sides run the same protocol on the same sample, each in
 a fresh process (compilation included, peak memory its own): the estimate with its threshold
 reruns, mAP@1000 on a 26-point curve, the threshold term, and optionally the nested bootstrap.
@@ -41,7 +41,8 @@ def _parse():
 
 
 def _sample(args):
-    from tailaware import scores, simulate
+    from tailaware.io import scores
+    from tailaware.sim import simulate
 
     narrow = simulate.draw(simulate.make_benchmark(args.queries, seed=0), args.fraction, seed=1)
     wide = simulate.make_benchmark(
@@ -61,7 +62,10 @@ def _sample(args):
 def child(args) -> None:
     """Runs one side and writes its timings, peak memory and predictions to `args.out`."""
     from configs import default
-    from tailaware import bootstrap, buckets, predict, protocol
+    from tailaware.core import buckets
+    from tailaware.jobs import predict
+    from tailaware.protocol import augment as protocol
+    from tailaware.protocol import bootstrap
 
     if args.child == "padded":
         buckets.MAX_SHARE = 0.0

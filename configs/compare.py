@@ -16,7 +16,7 @@ import ml_collections
 def get_config(arg=None):
     del arg
     c = ml_collections.ConfigDict()
-    c.job = "tailaware.compare"
+    c.job = "tailaware.jobs.compare"
     c.a = ""  # prediction.json of system A (the predict job's)
     c.b = ""  # prediction.json of system B, same queries
     # With hardness artifacts (hardness.npz) for a or b: the N and k to predict and compare at.

@@ -12,10 +12,10 @@ from ml_collections import config_dict
 def get_config(arg=None):
     del arg
     c = config_dict.ConfigDict()
-    c.job = "tailaware.demo"
+    c.job = "tailaware.jobs.demo"
     c.seed = 0
     c.k = 1000  # mAP@k
-    c.estimator = "evt_averaged"  # see tailaware.estimators.ESTIMATORS and the README
+    c.estimator = "evt_averaged"  # see tailaware.tail.estimators.ESTIMATORS and the README
     c.n_target = 0  # target gallery size N; 0 = the job's natural target
 
     # The tail-aware estimator (paper, Appendix B).

@@ -36,7 +36,7 @@ PRESETS = {
 
 def get_config(arg=None):
     c = default.get_config()
-    c.job = "tailaware.embed"
+    c.job = "tailaware.jobs.embed"
     family, variant, pos_grid, proj_dim, source, resolution = PRESETS[arg or "dinov2_b14"]
 
     c.model = config_dict.ConfigDict()
@@ -47,7 +47,7 @@ def get_config(arg=None):
     c.model.source = source  # name table: tailaware.models.TABLES
     c.model.checkpoint = ""  # .safetensors / .bin / .pth; "" = random weights (tests only)
     c.model.resolution = resolution  # longer side in pixels (ILIAS protocol)
-    c.model.norm = ""  # "" = the family's; else a key of tailaware.preprocess.NORMS
+    c.model.norm = ""  # "" = the family's; else a key of tailaware.data.preprocess.NORMS
     c.model.act = ""  # "" = the source's convention
     c.model.pos_interp = ""  # "" = the source's convention
     c.model.dtype = "auto"  # bfloat16 on accelerators, float32 on CPU
@@ -73,7 +73,7 @@ def get_config(arg=None):
     c.embed.tfds_name = "ilias_core/images"
     c.embed.tfds_split = "image_queries"
     c.embed.tfds_data_dir = ""
-    c.embed.sample_fraction = 1.0  # < 1: only ids with hash below it (tailaware.sampling)
+    c.embed.sample_fraction = 1.0  # < 1: only ids with hash below it (tailaware.core.sampling)
     c.embed.sample_seed = 0
     c.embed.batch_size = 64  # global per process; rounded up to a multiple of local devices
     c.embed.num_buckets = 4  # shorter-side levels per orientation

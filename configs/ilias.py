@@ -16,10 +16,10 @@ from configs import default
 
 def get_config(arg=None):
     c = default.get_config(arg)
-    c.job = "tailaware.ilias"
+    c.job = "tailaware.jobs.ilias"
     c.features = ""  # the ILIAS-format feature folder
     c.queries = "image"  # "image" or "text"; evaluated separately, never averaged
-    c.sample_fraction = 0.05  # uniform distractor sample (tailaware.sampling); 1.0 = exact
+    c.sample_fraction = 0.05  # uniform distractor sample (tailaware.core.sampling); 1.0 = exact
     c.backend = "auto"  # "auto" (jax on accelerators, host on CPU), "host", "jax", "faiss"
     c.matmul_dtype = "float16"  # jax backend inputs: float16, bfloat16 or float32
     c.block_size = 32768  # distractor rows per block

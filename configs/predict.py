@@ -16,7 +16,7 @@ from configs import default
 
 def get_config(arg=None):
     c = default.get_config(arg)
-    c.job = "tailaware.predict"
+    c.job = "tailaware.jobs.predict"
     c.scores = ""  # path to the sampled-scores .npz
     c.artifact = ""  # or: a hardness artifact .npz (a predict job's hardness.npz)
     c.metadata = ""  # JSON object kept in the artifact, e.g. '{"model": "dinov2_b14"}'

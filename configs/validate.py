@@ -15,17 +15,17 @@ from configs import default
 
 def get_config(arg=None):
     c = default.get_config(arg)
-    c.job = "tailaware.validate"
+    c.job = "tailaware.jobs.validate"
     # Intervals (the coverage rows) are checked for c.estimator, the default's unless overridden.
     c.validate = dict(
         estimators=(),  # () = every registered estimator that imports
-        regimes=("paper",),  # see tailaware.simulate.REGIMES
-        families=("kumaraswamy", "truncnorm"),  # see tailaware.simulate.FAMILIES
+        regimes=("paper",),  # see tailaware.sim.simulate.REGIMES
+        families=("kumaraswamy", "truncnorm"),  # see tailaware.sim.simulate.FAMILIES
         num_queries=500,
         n_pool=100_000_000,
         fractions=(0.0005, 0.01, 0.05),  # S = 50k, 1M, 5M
         draws=20,  # per fraction: independent samples (stand-ins for disjoint draws)
         query_replicates=1000,
-        nested_replicates=50,  # once per cell (see tailaware.validate)
+        nested_replicates=50,  # once per cell (see tailaware.jobs.validate)
     )
     return c

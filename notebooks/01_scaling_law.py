@@ -40,7 +40,10 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tailaware import demo, estimators, law, predict, synthetic
+from tailaware.core import law
+from tailaware.jobs import demo, predict
+from tailaware.sim import synthetic
+from tailaware.tail import estimators
 
 # %% [markdown]
 # ## The Binomial rank law
@@ -145,7 +148,7 @@ plt.show()
 # %% [markdown]
 # ## Why evaluating on the sample is optimistic
 #
-# A synthetic ILIAS-like benchmark (`tailaware.synthetic`) scored against 200k distractors,
+# A synthetic ILIAS-like benchmark (`tailaware.sim.synthetic`) scored against 200k distractors,
 # with a uniform 5% sample. mAP@k never increases with N, so the metric measured on the
 # 10k-image sample is an upper bound on the full-gallery value, often far off. The law,
 # fed even the simplest (count) hardness from the same sample, moves most of the way.

@@ -43,7 +43,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from configs import default
-from tailaware import demo, estimators, gpd, hardness, predict, simulate, synthetic
+from tailaware.jobs import demo, predict
+from tailaware.sim import simulate, synthetic
+from tailaware.tail import estimators, gpd
+from tailaware.tail import evt as hardness
 
 # %% [markdown]
 # ## The benchmark, its sample and the truth

@@ -43,7 +43,11 @@ import numpy as np
 
 from configs import default
 from configs import ilias as ilias_config
-from tailaware import demo, estimators, features, ilias, predict, protocol, synthetic
+from tailaware.io import features
+from tailaware.jobs import demo, ilias, predict
+from tailaware.protocol import augment as protocol
+from tailaware.sim import synthetic
+from tailaware.tail import estimators
 
 # %% [markdown]
 # ## Sampled scores
@@ -51,7 +55,7 @@ from tailaware import demo, estimators, features, ilias, predict, protocol, synt
 # 60 queries with 5 positives each against 200k distractors; `demo.score` scores every
 # distractor once, recording the truth at three gallery sizes and, on the way, the sampled
 # scores of a uniform 5% id-hash sample: the top scores per query, each positive's score and
-# how many sampled distractors beat it (`tailaware.scores.SampledScores`).
+# how many sampled distractors beat it (`tailaware.io.scores.SampledScores`).
 
 # %%
 config = default.get_config()

@@ -16,7 +16,7 @@
 # [Open in Colab](https://colab.research.google.com/github/tailaware/tailaware/blob/main/notebooks/04_sensitivity.ipynb)
 #
 # The predicted mAP@k is a differentiable function of every positive's hardness, of the gallery
-# size and of each query's tail fit (`tailaware.law`). `tailaware.sensitivity` differentiates it
+# size and of each query's tail fit (`tailaware.core.law`). `tailaware.tail.sensitivity` differentiates it
 # to answer what a researcher acts on: how much accuracy each decade of gallery growth costs,
 # which queries and positives drive the prediction and its uncertainty, how far a given
 # relative error in hardness moves mAP, and where a larger distractor sample would help most.
@@ -42,12 +42,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from configs import default
-from tailaware import demo, estimators, law, sensitivity, synthetic
+from tailaware.core import law
+from tailaware.jobs import demo
+from tailaware.sim import synthetic
+from tailaware.tail import estimators, sensitivity
 
 # %% [markdown]
 # ## A benchmark and its prediction
 #
-# A synthetic ILIAS-like benchmark (`tailaware.synthetic`): 60 queries, 200k distractors, a
+# A synthetic ILIAS-like benchmark (`tailaware.sim.synthetic`): 60 queries, 200k distractors, a
 # uniform 5% sample. We predict mAP@1000 at N = 200k from the sample with the tail-aware
 # estimator (`evt`, paper App. B) and with the count estimator.
 

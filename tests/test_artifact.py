@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import artifact, bootstrap, estimators, metrics, predict, simulate
+from tailaware.core import metrics
+from tailaware.io import artifact
+from tailaware.jobs import predict
+from tailaware.protocol import bootstrap
+from tailaware.sim import simulate
+from tailaware.tail import estimators
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +111,8 @@ def test_malformed_files_are_named(tmp_path, sample, field, value, message):
 def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval(tmp_path):
     import dataclasses
 
-    from tailaware import compare
-    from tailaware import predict as predict_job
+    from tailaware.jobs import compare
+    from tailaware.jobs import predict as predict_job
 
     bench = simulate.make_benchmark(120, 10**7, seed=3)
     scores = simulate.draw(bench, 0.01, 1000, seed=4).scores
@@ -223,7 +228,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
 def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, message):
     cfg = default.get_config()
     cfg.evt.top_m = 100
-    from tailaware import protocol
+    from tailaware.protocol import augment as protocol
 
     h = protocol.estimate(sample, cfg)
     sizes = np.geomspace(1e3, 1e9, 5)

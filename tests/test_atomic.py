@@ -7,7 +7,7 @@ import stat
 import numpy as np
 import pytest
 
-from tailaware import atomic
+from tailaware.io import atomic
 
 
 def test_results_are_complete_or_absent_and_readable_like_plain_files(tmp_path):

@@ -6,7 +6,12 @@ import pytest
 from scipy import stats
 
 from configs import default
-from tailaware import bootstrap, estimators, predict, protocol, scores, simulate
+from tailaware.io import scores
+from tailaware.jobs import predict
+from tailaware.protocol import augment as protocol
+from tailaware.protocol import bootstrap
+from tailaware.sim import simulate
+from tailaware.tail import estimators
 
 Q = 120
 

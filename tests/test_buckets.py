@@ -1,4 +1,4 @@
-"""Tests for tailaware.buckets: grouped E[AP] equals each query evaluated on its own."""
+"""Tests for tailaware.core.buckets: grouped E[AP] equals each query evaluated on its own."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import bootstrap, buckets, law, predict, protocol, scores, simulate
+from tailaware.core import buckets, law
+from tailaware.io import scores
+from tailaware.jobs import predict
+from tailaware.protocol import augment as protocol
+from tailaware.protocol import bootstrap
+from tailaware.sim import simulate
 
 K = 100
 

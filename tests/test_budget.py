@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from tailaware import budget, estimators, predict, sampling, simulate
+from tailaware.core import sampling
+from tailaware.jobs import predict
+from tailaware.protocol import budget
+from tailaware.sim import simulate
+from tailaware.tail import estimators
 
 Q = 200
 

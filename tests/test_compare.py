@@ -5,7 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tailaware import bootstrap, compare
+from tailaware.jobs import compare
+from tailaware.protocol import bootstrap
 
 
 def test_sign_and_probability():
@@ -82,7 +83,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
 
     from configs import compare as compare_config
     from configs import default
-    from tailaware import predict, simulate
+    from tailaware.jobs import predict
+    from tailaware.sim import simulate
 
     bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
     bench_b = simulate.second_system(bench_a, seed=1)

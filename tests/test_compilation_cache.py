@@ -8,10 +8,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = """
 import sys, time
-from tailaware import compilation_cache
+from tailaware.jobs import compilation_cache
 assert compilation_cache.enable(sys.argv[1]) == sys.argv[1]
 import jax, jax.numpy as jnp
-from tailaware import gpd
+from tailaware.tail import gpd
 y = jnp.linspace(0.01, 1.0, 64)[None, :].repeat(8, axis=0)
 t0 = time.perf_counter()
 jax.block_until_ready(jax.jit(jax.vmap(gpd.fit))(y, y > 0))
@@ -39,7 +39,7 @@ def test_second_process_reads_the_cache(tmp_path):
 
 
 def test_off_disables(monkeypatch):
-    from tailaware import compilation_cache
+    from tailaware.jobs import compilation_cache
 
     monkeypatch.setenv(compilation_cache.ENV, "off")
     assert compilation_cache.enable() is None

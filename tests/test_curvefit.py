@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from tailaware import budget, curvefit, metrics, simulate
+from tailaware.core import metrics
+from tailaware.protocol import budget, curvefit
+from tailaware.sim import simulate
 
 
 @pytest.mark.parametrize("model", curvefit.MODELS)

@@ -9,7 +9,8 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from tailaware import data, tfds_ilias
+from tailaware.data import files as data
+from tailaware.data import tfds_ilias
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

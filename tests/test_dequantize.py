@@ -6,7 +6,10 @@ import pytest
 from scipy import stats
 
 from configs import default
-from tailaware import dequantize, gpd, hardness, predict, simulate
+from tailaware.jobs import predict
+from tailaware.sim import simulate
+from tailaware.tail import dequantize, gpd
+from tailaware.tail import evt as hardness
 
 
 def _rounded(x, step):

@@ -13,7 +13,11 @@ import torch
 import transformers
 
 from configs import embed as embed_config
-from tailaware import embed, features, models, preprocess, sampling
+from tailaware import models
+from tailaware.core import sampling
+from tailaware.data import preprocess
+from tailaware.io import features
+from tailaware.jobs import embed
 from tests.test_data import jpeg, make_core, write_tar
 
 pytestmark = [

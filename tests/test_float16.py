@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tailaware import float16
+from tailaware.search import float16
 
 
 def test_every_finite_float16_converts_exactly():

@@ -43,8 +43,8 @@ def _launch(workdir, *args):
 
 
 def _simulated_scores(path):
-    from tailaware import scores as scores_lib
-    from tailaware import simulate
+    from tailaware.io import scores as scores_lib
+    from tailaware.sim import simulate
 
     bench = simulate.make_benchmark(60, 10**7, "kumaraswamy", seed=3, **simulate.REGIMES["paper"])
     scores_lib.save_scores(path, simulate.draw(bench, 0.01, 1000, seed=4).scores)

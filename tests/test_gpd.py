@@ -8,7 +8,7 @@ import pytest
 from jax import test_util
 from scipy import integrate, optimize, stats
 
-from tailaware import gpd
+from tailaware.tail import gpd
 
 N = 64  # excesses per random problem (padded width)
 N_RANDOM = 1500  # random problems in the dense-reference test

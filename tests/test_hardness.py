@@ -7,8 +7,9 @@ import pytest
 from scipy import optimize, stats
 
 from configs import default
-from tailaware import estimators, hardness
-from tailaware.scores import make_scores
+from tailaware.io.scores import make_scores
+from tailaware.tail import estimators
+from tailaware.tail import evt as hardness
 
 # 48 queries (16 draws from each of 3 laws), S = 50k, top M = 1000, P = 5 positives (padded).
 LAWS = [stats.beta(a, b, loc=-1, scale=2) for a, b in ((31.5, 31.5), (40, 60), (8, 12))]
@@ -244,7 +245,7 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk(monkeypatch):
     # The simulator's near-duplicate mixture at a 0.05% sample: ~50 cluster scores sit far above
     # the other 150 excesses of the default threshold, whose GPD fit (xi ~ 0, a long tail) then
     # over-prices every positive. The selected threshold fits the cluster alone.
-    from tailaware import simulate
+    from tailaware.sim import simulate
 
     bench = simulate.make_benchmark(60, family="mixture", seed=0, **simulate.REGIMES["paper"])
     sc = simulate.draw(bench, 0.0005, 4000, seed=0).scores

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from configs import ilias as ilias_config
-from tailaware import artifact, features, ilias, sampling
-from tailaware import scores as scores_lib
+from tailaware.core import sampling
+from tailaware.io import artifact, features
+from tailaware.io import scores as scores_lib
+from tailaware.jobs import ilias
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_INSTANCES, QUERIES_PER, POSITIVES_PER, SHARDS, ROWS, DIM = 6, 2, 3, 3, 200, 16
@@ -199,7 +201,7 @@ jax.config.update("jax_platforms", "cpu")
 jax.distributed.initialize(coordinator_address="localhost:{port}", num_processes=2,
                            process_id=int(sys.argv[1]))
 from configs import ilias as c
-from tailaware import ilias
+from tailaware.jobs import ilias
 cfg = c.get_config()
 cfg.features, cfg.sample_fraction, cfg.evt.top_m, cfg.block_size = {folder!r}, 0.6, 50, 64
 cfg.protocol.nested_replicates = 0

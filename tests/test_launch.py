@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from tailaware import law, metrics
-from tailaware import scores as scores_lib
+from tailaware.core import law, metrics
+from tailaware.io import scores as scores_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

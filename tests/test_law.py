@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.test_util import check_grads
 
-from tailaware import law, metrics
+from tailaware.core import law, metrics
 
 Q, P = 16, 9
 map_jit = jax.jit(law.map_at_k, static_argnames=("truncation",))

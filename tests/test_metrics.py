@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tailaware import metrics
+from tailaware.core import metrics
 
 
 def official_ilias_ap(scores, relevant, k):

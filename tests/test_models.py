@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tailaware import preprocess
+from tailaware.data import preprocess
 from tailaware.models import vit
 
 SPEC = vit.vit_spec("dinov2_reg", "mu/8", pos_grid=3)

@@ -3,7 +3,7 @@
 import numpy as np
 import scipy.stats
 
-from tailaware import sampling
+from tailaware.core import sampling
 
 MASK = (1 << 64) - 1
 

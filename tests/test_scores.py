@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailaware import scores as scores_lib
+from tailaware.io import scores as scores_lib
 
 
 def valid_fields(q=3, m=6, p=4, s=50, seed=0):

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tailaware import scoring, topk
+from tailaware.search import scoring, topk
 
 Q, D, M = 7, 16, 25  # odd Q exercises the jax backend's padding to the 2 CPU devices
 SHARD_ROWS = (90, 0, 130, 57)  # an empty shard and uneven blocks on purpose
@@ -41,7 +41,7 @@ def make_problem(seed=0, n_pos=4, shard_rows=SHARD_ROWS, dim=D):
 
 def brute_force(queries, pos, shards_x, m, fraction=1.0, seed=0):
     """The reference: score everything, sort by (score desc, id asc), count strictly above."""
-    from tailaware import sampling
+    from tailaware.core import sampling
 
     vals, ids = [], []
     for i, x in enumerate(shards_x):

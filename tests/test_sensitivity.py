@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from tailaware import demo, estimators, law, predict, sensitivity, synthetic
-from tailaware import hardness as hardness_lib
+from tailaware.core import law
+from tailaware.jobs import demo, predict
+from tailaware.sim import synthetic
+from tailaware.tail import estimators, sensitivity
+from tailaware.tail import evt as hardness_lib
 
 Q, P = 6, 5
 N, K = 5e4, 100.0

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tailaware import metrics, simulate
+from tailaware.core import metrics
+from tailaware.sim import simulate
 
 Q = 200
 

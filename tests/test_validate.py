@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from configs import default
-from tailaware import bootstrap, predict, protocol, scores, simulate
+from tailaware.io import scores
+from tailaware.jobs import predict
+from tailaware.protocol import augment as protocol
+from tailaware.protocol import bootstrap
+from tailaware.sim import simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,7 +96,7 @@ def test_protocol_augment_fields():
 
 
 def test_protocol_notes_raised_thresholds():
-    from tailaware import estimators
+    from tailaware.tail import estimators
 
     mask = np.ones((3, 2), bool)
     info = {"n_exceed": np.array([200, 200, 200]), "n_exceed_selected": np.array([200, 100, 50])}

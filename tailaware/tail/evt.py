@@ -24,7 +24,7 @@ Two ways to turn the fit into P(Y > y):
   excesses there (an Anderson-Darling test, `select_threshold`): a near-duplicate cluster far
   above the bulk of the excesses, for one, makes the fitted tail look long and over-prices every
   positive; the threshold then moves up to keep half or a quarter of the excesses. On the
-  score-level simulator (`tailaware.simulate`, paper regime, kumaraswamy laws, 5% samples) the
+  score-level simulator (`tailaware.sim.simulate`, paper regime, kumaraswamy laws, 5% samples) the
   bias of predicted mAP@1000 is -0.001 against the plug-in's +0.019; README's validation tables
   have the full study.
 
@@ -52,8 +52,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from tailaware import dequantize, estimators, gpd
-from tailaware.scores import SampledScores
+from tailaware.io.scores import SampledScores
+from tailaware.tail import dequantize, estimators, gpd
 
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
 # small, would otherwise fit two or three points).
@@ -450,7 +450,7 @@ def estimate(
     its threshold (`STABILITY_FACTORS`; threshold selection included). A GPD is a model of the
     tail only asymptotically: a bounded score law's fitted shape drifts with the threshold (the
     penultimate effect), and how far the prediction moves with it is the usual measure of the
-    tail model's own error, which no resampling of the data sees (`tailaware.bootstrap.intervals`
+    tail model's own error, which no resampling of the data sees (`tailaware.protocol.bootstrap.intervals`
     widens the reported interval by it). The reruns price positives as the estimate does, by the
     tail above their own threshold and by counts elsewhere, and carry no diagnostics (`info` is
     empty). They share the estimate's compiled program. Method "mean" also returns, with the

@@ -26,7 +26,11 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tailaware import data, features, models, preprocess, sampling
+from tailaware import models
+from tailaware.core import sampling
+from tailaware.data import files as data
+from tailaware.data import preprocess
+from tailaware.io import features
 
 
 def compute_dtype(name: str = "auto") -> jnp.dtype:
@@ -232,7 +236,7 @@ def work_units(ec) -> list[tuple[str, Callable[[], Iterator]]]:
     if ec.input == "tfds":
         import tensorflow_datasets as tfds
 
-        from tailaware import tfds_ilias  # optional: the `data` extra
+        from tailaware.data import tfds_ilias  # optional: the `data` extra
 
         builder = tfds.builder(ec.tfds_name, data_dir=ec.tfds_data_dir or None)
         name = ec.output or _SPLIT_FILES.get(ec.tfds_split, f"features_{ec.tfds_split}.hdf5")

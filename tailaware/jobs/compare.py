@@ -31,7 +31,8 @@ import numpy as np
 from absl import logging
 from scipy import stats
 
-from tailaware import atomic, bootstrap
+from tailaware.io import atomic
+from tailaware.protocol import bootstrap
 
 
 def paired(
@@ -152,7 +153,7 @@ def _read(path: str, config) -> dict:
     """Returns the prediction.json at `path`, or a hardness artifact's prediction at
     `config.n_target` and `config.k` (a `.npz` path)."""
     if str(path).endswith(".npz"):
-        from tailaware import artifact  # it builds on predict and protocol
+        from tailaware.io import artifact  # it builds on predict and protocol
 
         n_target = int(config.get("n_target", 0))
         if n_target < 1:

@@ -45,8 +45,10 @@ import os
 
 import numpy as np
 
-from tailaware import atomic, estimators, protocol
-from tailaware.scores import SampledScores
+from tailaware.io import atomic
+from tailaware.io.scores import SampledScores
+from tailaware.protocol import augment as protocol
+from tailaware.tail import estimators
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")

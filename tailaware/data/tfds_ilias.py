@@ -19,7 +19,7 @@ import os
 
 import tensorflow_datasets as tfds
 
-from tailaware import data
+from tailaware.data import files as data
 
 _MANUAL = __doc__.split("Manual folder")[1].split("Configs:")[0]
 

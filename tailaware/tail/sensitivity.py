@@ -47,8 +47,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import estimators, gpd, law
-from tailaware.scores import SampledScores
+from tailaware.core import law
+from tailaware.io.scores import SampledScores
+from tailaware.tail import estimators, gpd
 
 LN10 = float(np.log(10.0))
 
@@ -403,7 +404,9 @@ def score_gradients(
     gradient says how much the prediction leans on that one distractor; a positive's says how
     much a small change of its similarity would move mAP.
     """
-    from tailaware import hardness  # the tail-aware core, imported on use like `estimators`
+    from tailaware.tail import (
+        evt as hardness,  # the tail-aware core, imported on use like `estimators`
+    )
 
     def f(pos, tail):
         log_x = hardness.log_tail_prob(pos, tail, n_sample, threshold_quantile, method)

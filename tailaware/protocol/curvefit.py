@@ -13,8 +13,8 @@ validate job shows it on known truth. Shapes: G measured sizes.
 
 import numpy as np
 
-from tailaware import metrics
-from tailaware.scores import SampledScores
+from tailaware.core import metrics
+from tailaware.io.scores import SampledScores
 
 MODELS = ("power_law", "log_uniform")
 

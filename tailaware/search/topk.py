@@ -1,6 +1,6 @@
 """Running top-M similarities and exact counts above each positive, on the host.
 
-The selection half of the scoring engine (`tailaware.scoring` does the matmul and streaming).
+The selection half of the scoring engine (`tailaware.search.scoring` does the matmul and streaming).
 After the first blocks almost no score beats a query's running M-th best, so each block is
 filtered against a per-query threshold before anything is selected: the survivors are appended
 to a per-query buffer, and a row is compacted back to its M best only when its buffer fills.
@@ -16,7 +16,7 @@ and the guess is checked at the end (`exact_rows`); the caller redoes the rows w
 Shapes: Q queries, M kept scores per query, W buffer slots (2M), P positive slots (NaN-padded),
 B scores per block, C candidates (a flat list of (row, score, id)).
 
-Tie rule (as in `tailaware.scores`): a score counts above a positive only when strictly
+Tie rule (as in `tailaware.io.scores`): a score counts above a positive only when strictly
 greater. Kept scores are ordered by (score descending, id ascending), so ids are deterministic.
 """
 

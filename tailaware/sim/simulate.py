@@ -48,8 +48,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from tailaware import metrics
-from tailaware.scores import SampledScores, make_scores
+from tailaware.core import metrics
+from tailaware.io.scores import SampledScores, make_scores
 
 FAMILIES = ("kumaraswamy", "truncnorm", "gpd", "beta", "normal", "mixture")
 BOUNDED = ("kumaraswamy", "truncnorm", "gpd", "beta")  # families with an endpoint

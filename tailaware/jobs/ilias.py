@@ -29,8 +29,11 @@ import jax
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, features, metrics, predict, scoring, topk
-from tailaware import scores as scores_lib
+from tailaware.core import metrics
+from tailaware.io import atomic, features
+from tailaware.io import scores as scores_lib
+from tailaware.jobs import predict
+from tailaware.search import scoring, topk
 
 QUERY_FILES = {"image": features.IMAGE_QUERIES, "text": features.TEXT_QUERIES}
 _SHARD_RE = re.compile(r"features_distractors_(\d{5})\.(hdf5|npy)$")

@@ -7,7 +7,7 @@ depend on how many shards there are; a checkpoint after each shard lets an inter
 resume, and under `jax.distributed` each process scores a deterministic subset of the shards
 whose partial results merge exactly (`topk.merge_states`).
 
-The backends that score a block (host numpy, JAX, faiss) live in `tailaware.backends`; this
+The backends that score a block (host numpy, JAX, faiss) live in `tailaware.search.backends`; this
 module streams shards through one of them. The host backend `speculates`: `score_shards`
 guesses each query's final M-th score from a random pilot sample of the rows, the backend
 filters at that floor, and queries where the guess proves too high get a second pass.
@@ -26,8 +26,10 @@ from concurrent import futures
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, sampling, topk
-from tailaware.backends import (  # noqa: F401 (re-exported: the engine's public names)
+from tailaware.core import sampling
+from tailaware.io import atomic
+from tailaware.search import topk
+from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's public names)
     BACKENDS,
     ROW_BITS,
     FaissBackend,
@@ -37,7 +39,7 @@ from tailaware.backends import (  # noqa: F401 (re-exported: the engine's public
     make_backend,
     split_ids,
 )
-from tailaware.topk import TopState
+from tailaware.search.topk import TopState
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Scoring backends: score one block of descriptors and fold it into the running top-M state.
 
 Backends (all give the same top-M scores and counts on the same float32 scores):
-- "host": numpy (OpenBLAS) matmul and the filtered numpy selection of `tailaware.topk`; the
+- "host": numpy (OpenBLAS) matmul and the filtered numpy selection of `tailaware.search.topk`; the
   fastest on CPU, where XLA's matmul and top-k are slower.
 - "jax": jit-compiled blocked matmul (float16/bfloat16 inputs, float32 accumulation) with the
   top-M and counts on device, queries sharded over the local devices; for accelerators.
@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 import threadpoolctl
 
-from tailaware import float16, topk
-from tailaware.topk import TopState
+from tailaware.search import float16, topk
+from tailaware.search.topk import TopState
 
 BACKENDS = ("host", "jax", "faiss")
 ROW_BITS = 32

@@ -27,16 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from tailaware import (
-    atomic,
-    bootstrap,
-    budget,
-    curvefit,
-    estimators,
-    law,
-    protocol,
-    simulate,
-)
+from tailaware.core import law
+from tailaware.io import atomic
+from tailaware.protocol import augment as protocol
+from tailaware.protocol import bootstrap, budget, curvefit
+from tailaware.sim import simulate
+from tailaware.tail import estimators
 
 BASELINES = ("evaluate-at-S", "power_law", "log_uniform")
 ORACLES = ("oracle (expected rank)", "oracle (Poisson E[AP])")

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import law
+from tailaware.core import law
 
 # The narrowest group: queries with up to this many positives share one.
 MIN_WIDTH = 16

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tailaware.scores import SampledScores
+from tailaware.io.scores import SampledScores
 
 
 class Hardness(NamedTuple):
@@ -30,9 +30,9 @@ class Hardness(NamedTuple):
         (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
       weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
       reruns: the estimate rerun at other tail thresholds, when asked for
-        (`tailaware.hardness.estimate`); empty otherwise.
+        (`tailaware.tail.evt.estimate`); empty otherwise.
       prior_weights: None, or [T, Q, A] the weights of `atoms` under other priors on the tail
-        shape (`tailaware.hardness.prior_weights`), asked for with the reruns.
+        shape (`tailaware.tail.evt.prior_weights`), asked for with the reruns.
     """
 
     x: np.ndarray
@@ -67,8 +67,8 @@ def homogeneous(scores: SampledScores, config=None) -> Hardness:
 ESTIMATORS: dict[str, Callable | str] = {
     "count": count,
     "homogeneous": homogeneous,
-    "evt": "tailaware.hardness:evt",
-    "evt_averaged": "tailaware.hardness:evt_averaged",
+    "evt": "tailaware.tail.evt:evt",
+    "evt_averaged": "tailaware.tail.evt:evt_averaged",
 }
 
 
@@ -84,7 +84,7 @@ def get(name: str) -> Callable[..., Hardness]:
 
 
 def available() -> list[str]:
-    """Returns the registered estimators that import (the EVT ones need `tailaware.hardness`)."""
+    """Returns the registered estimators that import (the EVT ones need `tailaware.tail.evt`)."""
     names = []
     for name in ESTIMATORS:
         try:

@@ -10,7 +10,7 @@ import os
 import h5py
 import numpy as np
 
-from tailaware import atomic
+from tailaware.io import atomic
 
 IMAGE_QUERIES = "features_image_queries.hdf5"
 TEXT_QUERIES = "features_text_queries.hdf5"

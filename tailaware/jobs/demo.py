@@ -14,8 +14,12 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from tailaware import atomic, estimators, metrics, predict, sampling, synthetic
-from tailaware.scores import SampledScores, make_scores
+from tailaware.core import metrics, sampling
+from tailaware.io import atomic
+from tailaware.io.scores import SampledScores, make_scores
+from tailaware.jobs import predict
+from tailaware.sim import synthetic
+from tailaware.tail import estimators
 
 
 def _ground_truth(bench: synthetic.Benchmark):

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from tailaware import atomic
+from tailaware.io import atomic
 
 # float16 descriptors can give cosine similarities slightly outside [-1, 1].
 SCORE_BOUND = 1.01

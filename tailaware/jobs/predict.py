@@ -3,7 +3,7 @@
 `python launch.py --config=configs/predict.py --config.scores=FILE.npz --config.n_target=N
 --config.k=K --workdir=DIR` writes `DIR/prediction.json` (a public interface; README lists
 its fields), its curve `DIR/prediction_curve.png` and the hardness artifact `DIR/hardness.npz`
-(`tailaware.artifact`), and prints a table of the prediction next to the baselines. With
+(`tailaware.io.artifact`), and prints a table of the prediction next to the baselines. With
 `--config.artifact=DIR/hardness.npz` instead of `--config.scores` it predicts from the artifact
 at any N and k, with the same interval, without the scores.
 """
@@ -17,8 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, buckets, estimators, law, metrics, protocol
-from tailaware import scores as scores_lib
+from tailaware.core import buckets, law, metrics
+from tailaware.io import atomic
+from tailaware.io import scores as scores_lib
+from tailaware.protocol import augment as protocol
+from tailaware.tail import estimators
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
@@ -54,7 +57,7 @@ def per_query_ap(
     estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
     `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it conditions on
     the sample's own counts (the gallery contains the sample). Queries with many more positives
-    than the rest are evaluated in groups of their own width (`tailaware.buckets`).
+    than the rest are evaluated in groups of their own width (`tailaware.core.buckets`).
     """
     mask = hardness.mask
     x = hardness.x if hardness.atoms is None else hardness.atoms
@@ -174,7 +177,7 @@ def report(
     """Predicts at `n_target` and writes prediction.json (with the `extra` fields), its curve
     plot and the hardness artifact `hardness.npz` (its reruns and the distractor sds included;
     `metadata` and `config.metadata`, a JSON object, join its provenance); returns the result."""
-    from tailaware import artifact  # it builds on this module
+    from tailaware.io import artifact  # it builds on this module
 
     hardness = protocol.estimate(scores, config)
     result = {**predict(scores, config, n_target, hardness), **(extra or {})}
@@ -214,7 +217,7 @@ def run(config, workdir: str) -> None:
         scores = scores_lib.load_scores(config.scores)
         report(scores, config, int(config.n_target), workdir, metadata={"scores": config.scores})
         return
-    from tailaware import artifact
+    from tailaware.io import artifact
 
     art = artifact.load(config.artifact)
     result = artifact.prediction(art, config, int(config.n_target), str(config.artifact))

@@ -22,8 +22,8 @@ probability p, which is a uniform sub-sample (binomial, not fixed size) of the u
 import numpy as np
 from scipy import stats
 
-from tailaware import sampling
-from tailaware.scores import SampledScores, make_scores
+from tailaware.core import sampling
+from tailaware.io.scores import SampledScores, make_scores
 
 
 def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:

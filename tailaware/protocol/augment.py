@@ -33,8 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import atomic, bootstrap, budget, curvefit, estimators, law, predict
-from tailaware.scores import SampledScores, load_scores
+from tailaware.core import law
+from tailaware.io import atomic
+from tailaware.io.scores import SampledScores, load_scores
+from tailaware.jobs import predict
+from tailaware.protocol import bootstrap, budget, curvefit
+from tailaware.tail import estimators
 
 # Above this exceedance rate of the tail threshold (n_u / S) the summary warns (`_shallow_tail`).
 SHALLOW_RATE = 1e-3
@@ -111,7 +115,9 @@ def estimate(scores: SampledScores, config) -> estimators.Hardness:
     method = tail_method(config.estimator)
     if method is None:
         return estimators.get(config.estimator)(scores, config)
-    from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
+    from tailaware.tail import (
+        evt as hardness,  # the tail-aware core (imported lazily, like estimators)
+    )
 
     return hardness.estimate(scores, config, method, reruns=True)
 
@@ -153,7 +159,7 @@ def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
 def tail_method(estimator: str) -> str | None:
     """Returns the tail model (`hardness.METHODS`) behind an estimator name, None without one
     (count, homogeneous): the estimators whose intervals have threshold and distractor terms."""
-    from tailaware import hardness
+    from tailaware.tail import evt as hardness
 
     return hardness.ESTIMATOR_METHODS.get(estimator)
 

@@ -32,8 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware import buckets, dequantize, law
-from tailaware.scores import SampledScores
+from tailaware.core import buckets, law
+from tailaware.io.scores import SampledScores
+from tailaware.tail import dequantize
 
 LEVELS = (0.90, 0.95)
 # The tail model's error (`intervals`), two measured parts in quadrature, as standard deviations:
@@ -127,7 +128,9 @@ def hardness_fn(name: str, min_count: int = 5) -> Callable | None:
         return homogeneous
     if name not in ("evt", "evt_averaged"):
         return None
-    from tailaware import hardness  # the tail-aware core (imported lazily, like estimators)
+    from tailaware.tail import (
+        evt as hardness,  # the tail-aware core (imported lazily, like estimators)
+    )
 
     # hardness.evt / evt_averaged call `estimate` with these tail models; a module-level
     # ESTIMATOR_METHODS there, when present, is the source of truth.
@@ -446,7 +449,7 @@ def intervals(
       deviation: how far the prediction moves when the tail threshold does (`protocol.
         model_deviations`); 0 for estimators without a tail model.
       sd_distractor: the distractor replicates' sd where only it is known (a hardness artifact
-        stores it, `tailaware.artifact`): it widens the query interval as the replicates would,
+        stores it, `tailaware.io.artifact`): it widens the query interval as the replicates would,
         and the distractor interval is normal. Ignored when `nested` is given.
       prior_deviation: how far the prediction moves under other priors on the tail shape
         (`protocol.prior_maps`); 0 without a tail posterior.
