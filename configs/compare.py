@@ -10,18 +10,14 @@ At any N from the predict jobs' hardness artifacts (seconds):
       --config.b=B/hardness.npz --config.n_target=1000000000 --workdir=DIR
 """
 
-import ml_collections
+from configs import default
 
 
 def get_config(arg=None):
-    del arg
-    c = ml_collections.ConfigDict()
+    c = default.get_config(arg)
     c.job = "tailaware.jobs.compare"
     c.a = ""  # prediction.json of system A (the predict job's)
     c.b = ""  # prediction.json of system B, same queries
-    # With hardness artifacts (hardness.npz) for a or b: the N and k to predict and compare at.
-    c.n_target = 0
-    c.k = 1000
-    c.replicates = 1000
-    c.seed = 0
+    # With hardness artifacts (hardness.npz) for a or b: predicted at n_target and k first.
+    c.replicates = 1000  # paired bootstrap (seed: c.seed)
     return c

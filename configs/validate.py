@@ -11,21 +11,14 @@ Expected result: the tables in README.md ("Validation against known truth").
 """
 
 from configs import default
+from tailaware.protocol.validation import ValidationSettings
 
 
 def get_config(arg=None):
     c = default.get_config(arg)
     c.job = "tailaware.jobs.validate"
-    # Intervals (the coverage rows) are checked for c.estimator, the default's unless overridden.
-    c.validate = dict(
-        estimators=(),  # () = every registered estimator that imports
-        regimes=("paper",),  # see tailaware.sim.simulate.REGIMES
-        families=("kumaraswamy", "truncnorm"),  # see tailaware.sim.simulate.FAMILIES
-        num_queries=500,
-        n_pool=100_000_000,
-        fractions=(0.0005, 0.01, 0.05),  # S = 50k, 1M, 5M
-        draws=20,  # per fraction: independent samples (stand-ins for disjoint draws)
-        query_replicates=1000,
-        nested_replicates=50,  # once per cell (see tailaware.jobs.validate)
-    )
+    # The grid (tailaware.protocol.validation.ValidationSettings documents each field): regimes
+    # of tailaware.sim.simulate.REGIMES, families of .FAMILIES, Q, N, fractions, draws per
+    # fraction, the bootstraps' replicates. Intervals are checked for c.estimator.
+    c.validate = default.settings_block(ValidationSettings())
     return c

@@ -1,1 +1,52 @@
-"""tailaware: predict web-scale retrieval metrics from a small uniform distractor sample."""
+"""tailaware: predict web-scale retrieval metrics from a small uniform distractor sample.
+
+The package is layered, each subpackage one idea, imports only pointing down
+(docs/architecture.md; `make lint` checks it):
+
+  jobs      the launch modes: `run(config, workdir)` turns a config into settings and calls down
+  protocol  a prediction with its interval, curve, checks and comparison; validation; outputs
+  embed     images and text to descriptors with the Flax backbones
+  search | models | data | sim   scoring a feature folder; the backbones; image inputs; the
+            simulators with exact truth (siblings: none imports another)
+  tail      the hardness estimators: GPD fits, the tail-aware (EVT) estimators, sensitivity
+  io        files: sampled scores, hardness artifacts, ILIAS feature folders, atomic writes
+  core      the law (expected-rank map, E[AP]), exact metrics, the typed results
+
+The names below are the public API for scripts and notebooks.
+"""
+
+from tailaware.core.results import Comparison, Hardness, Interval, Prediction
+from tailaware.io.artifact import HardnessArtifact
+from tailaware.io.artifact import load as load_artifact
+from tailaware.io.scores import SampledScores, load_scores, make_scores, save_scores
+from tailaware.protocol.comparison import compare
+from tailaware.protocol.from_artifact import predict as predict_from_artifact
+from tailaware.protocol.prediction import predict
+from tailaware.protocol.schema import prediction_json
+from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
+from tailaware.tail.estimators import ESTIMATORS
+from tailaware.tail.estimators import estimate as estimate_hardness
+from tailaware.tail.settings import TailSettings
+
+__all__ = [
+    "ESTIMATORS",
+    "Comparison",
+    "Hardness",
+    "HardnessArtifact",
+    "Interval",
+    "IntervalSettings",
+    "PredictSettings",
+    "Prediction",
+    "ProtocolSettings",
+    "SampledScores",
+    "TailSettings",
+    "compare",
+    "estimate_hardness",
+    "load_artifact",
+    "load_scores",
+    "make_scores",
+    "predict",
+    "predict_from_artifact",
+    "prediction_json",
+    "save_scores",
+]

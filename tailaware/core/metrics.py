@@ -40,6 +40,15 @@ def ap_at_k_from_counts(counts, mask, k):
     return contrib.sum(axis=1) / xp.maximum(xp.minimum(k, n_pos), 1).astype(contrib.dtype)
 
 
+def map_from_counts(counts, k, fixed=None) -> float:
+    """Returns the exact mAP@k of a gallery from the items above each positive [Q, P] (-1 at
+    padding), plus `fixed` [Q, P] always-indexed non-relevant items above each, when given."""
+    counts = np.asarray(counts)
+    mask = counts >= 0
+    total = counts if fixed is None else np.where(mask, counts + np.asarray(fixed), -1)
+    return float(ap_at_k_from_counts(total, mask, k).mean())
+
+
 def recall_at_k_from_counts(counts, mask, k):
     """Returns recall@k [Q]: the share of each query's positives ranked within the top k."""
     xp = _xp(counts, mask)

@@ -17,20 +17,20 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `pos_counts` int64 [Q, P], optional: the sample's own counts above each positive, so that
   predictions at N >= S condition on them as `predict` does from the scores (-1 at padding).
 - `atoms` float64 [Q, P, A] and `weights` float64 [Q, A], optional together: the estimator's
-  posterior over each positive's hardness (`estimators.Hardness.atoms`), which predictions
+  posterior over each positive's hardness (`Hardness.atoms`), which predictions
   average over; `x` is its mean.
 - `rerun_atoms` float64 [F, Q, P, A'] and `rerun_weights` float64 [F, Q, A'], optional together:
   the estimate rerun with half and twice the excesses over its tail threshold
-  (`estimators.Hardness.reruns`; A' = 1 for a plug-in tail): the interval's threshold term.
+  (`Hardness.reruns`; A' = 1 for a plug-in tail): the interval's threshold term.
 - `prior_weights` float64 [T, Q, A], optional (with `atoms`): the weights of `atoms` under a
-  flatter and a steeper prior on the tail shape (`estimators.Hardness.prior_weights`): the
+  flatter and a steeper prior on the tail shape (`Hardness.prior_weights`): the
   interval's prior term.
 - `distractor_n` float64 [G], `distractor_sd` float64 [G] and `distractor_k` int64 [], optional
   together: the nested bootstrap's distractor-sample sd of mAP@k (at k = `distractor_k`) at the
   gallery sizes `distractor_n` (ascending), as the predict job measured it: the interval's
   distractor term at that k, interpolated in log N (held constant beyond the ends).
 
-Predictions from an artifact (`predict`, `prediction`; the predict job with
+Predictions from an artifact (`tailaware.protocol.from_artifact`; the predict job with
 `--config.artifact`) carry the reported interval of a prediction from the scores: the query
 bootstrap, widened by the stored distractor sd, the reruns' threshold term and the prior term;
 a term whose fields are absent is left out (and said so).
@@ -45,10 +45,9 @@ import os
 
 import numpy as np
 
+from tailaware.core.results import Hardness
 from tailaware.io import atomic
 from tailaware.io.scores import SampledScores
-from tailaware.protocol import augment as protocol
-from tailaware.tail import estimators
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
@@ -80,18 +79,16 @@ class HardnessArtifact:
     distractor_k: int | None = None
 
     @property
-    def hardness(self) -> estimators.Hardness:
-        """The artifact as the estimators' `Hardness`, with its reruns (their `tail_priced` is
+    def hardness(self) -> Hardness:
+        """The artifact as a `Hardness`, with its reruns (their `tail_priced` is
         the estimate's: which positives a rerun's tail priced is not stored)."""
         reruns = ()
         if self.rerun_atoms is not None:
             reruns = tuple(
-                estimators.Hardness(
-                    np.einsum("qpa,qa->qp", a, w), self.mask, self.tail_priced, {}, a, w
-                )
+                Hardness(np.einsum("qpa,qa->qp", a, w), self.mask, self.tail_priced, {}, a, w)
                 for a, w in zip(self.rerun_atoms, self.rerun_weights, strict=True)
             )
-        return estimators.Hardness(
+        return Hardness(
             self.x,
             self.mask,
             self.tail_priced,
@@ -118,7 +115,7 @@ def _rerun_fields(reruns) -> dict:
 
 
 def from_hardness(
-    hardness: estimators.Hardness,
+    hardness: Hardness,
     scores: SampledScores,
     estimator: str,
     metadata: dict | None = None,
@@ -127,8 +124,8 @@ def from_hardness(
     """Returns the artifact of an estimate on `scores` (fit info kept where it is [Q]).
 
     Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G], k), the
-    nested bootstrap's distractor-sample sds of mAP@k at those gallery sizes (`distractor_sd_of`),
-    or None.
+    nested bootstrap's distractor-sample sds of mAP@k at those gallery sizes
+    (`tailaware.protocol.prediction.distractor_sd`), or None.
     """
     q = hardness.x.shape[0]
     fit = {
@@ -174,19 +171,6 @@ def from_hardness(
         },
         "<arrays>",
     )
-
-
-def distractor_sd_of(result: dict) -> tuple | None:
-    """Returns (sizes, sds, k) of a prediction's distractor-sample sd (`prediction.json`: the
-    target and the curve, ascending), or None when it has none (no nested bootstrap)."""
-    curve = result.get("curve", {})
-    sd = result.get("uncertainty", {}).get("sd_distractor")
-    if sd is None or "sd_distractor" not in curve:
-        return None
-    n = np.asarray([result["n_target"], *curve["n"]], np.float64)
-    sds = np.asarray([sd, *curve["sd_distractor"]], np.float64)
-    n, first = np.unique(n, return_index=True)
-    return n, sds[first], int(result["k"])
 
 
 def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
@@ -377,91 +361,3 @@ def _validate_sd(fields, fail):
     if not np.isfinite(sd).all() or (sd < 0).any():
         fail("distractor_sd", "sds must be finite and >= 0")
     return n.astype(np.float64), sd.astype(np.float64), int(k)
-
-
-def predict(art: HardnessArtifact, n, k: int, replicates: int = 1000, seed: int = 0) -> dict:
-    """Returns mAP@k, per-query AP@k and the reported intervals at gallery size(s) n from the
-    artifact alone.
-
-    Returns:
-      {"n": [G], "map": [G], "per_query_ap": [G, Q], "intervals": [G] `bootstrap.intervals`
-      dicts (query bootstrap of `replicates`, widened by the stored distractor sd and the
-      reruns' threshold and prior terms where the artifact has them), "ci90": [G, 2],
-      "ci95": [G, 2]}.
-    """
-    sizes = np.atleast_1d(np.asarray(n, np.float64))
-    sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
-    h = art.hardness
-    aps, priors = protocol.prior_maps(h, sizes, k, art.fixed_counts, sample)
-    maps = protocol.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
-    opts = {"query_replicates": replicates, "seed": seed}
-    sd = distractor_sd_at(art, sizes, k)
-    bands = protocol.size_intervals(aps, opts, maps, sd_distractor=sd, priors=priors)
-    return {
-        "n": sizes.tolist(),
-        "map": aps.mean(axis=1).tolist(),
-        "per_query_ap": aps,
-        "intervals": bands,
-        "ci90": [b["ci90"] for b in bands],
-        "ci95": [b["ci95"] for b in bands],
-    }
-
-
-def distractor_sd_at(art: HardnessArtifact, sizes, k: int) -> np.ndarray | None:
-    """Returns the stored distractor-sample sd of mAP@k at `sizes` [G] (interpolated in log N,
-    constant beyond the stored range), or None when the artifact has none at this k."""
-    if art.distractor_n is None or art.distractor_k != int(k):
-        return None
-    log_n = np.log(np.asarray(sizes, np.float64))
-    return np.interp(log_n, np.log(art.distractor_n), art.distractor_sd)
-
-
-def prediction(art: HardnessArtifact, config, n_target: int, source: str = "") -> dict:
-    """Returns prediction.json fields from the artifact at `n_target` (the predict job with
-    `--config.artifact`): the prediction, its intervals and the curve; no baselines, budget or
-    drift checks (they need the scores)."""
-    opts = protocol.settings(config)
-    k = int(config.k)
-    grid = np.geomspace(*protocol.CURVE_RANGE, int(opts["curve_points"]))
-    sizes = np.concatenate([[float(n_target)], grid])
-    got = predict(art, sizes, k, int(opts["query_replicates"]), int(opts["seed"]))
-    unc, *bands = got["intervals"]
-    point = got["map"][0]
-    tail = protocol.tail_method(art.estimator) is not None  # it has these two terms
-    missing = []
-    if tail and distractor_sd_at(art, sizes, k) is None:
-        measured = art.distractor_k
-        missing.append("distractor-sample" + (f" (measured at k = {measured})" if measured else ""))
-    if tail and art.rerun_atoms is None:
-        missing.append("threshold")
-    if tail and art.weights is not None and art.prior_weights is None:
-        missing.append("prior")
-    lacks = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + "".join(missing[-1:])
-    summary = [
-        f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
-        f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"
-        + (f"; the interval lacks the {lacks} term{'s' * (len(missing) > 1)}" if missing else ""),
-        f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{unc['ci90'][0]:.4f}, "
-        f"{unc['ci90'][1]:.4f}]",
-    ]
-    mask = art.mask
-    result = {
-        "map": point,
-        "estimator": art.estimator,
-        "n_target": int(n_target),
-        "n_sample": int(art.n_sample),
-        "k": k,
-        "num_queries": int(mask.shape[0]),
-        "per_query_ap": [float(a) for a in got["per_query_ap"][0]],
-        "baselines": {},
-        "share_tail_priced": float(art.tail_priced[mask].mean()),
-        "ci90": unc["ci90"],
-        "ci95": unc["ci95"],
-        "uncertainty": unc,
-        "curve": {"n": grid.tolist(), "map": got["map"][1:], "ci90": [b["ci90"] for b in bands]},
-        "diagnostics": {"summary": summary},
-        "artifact": {"path": source, "metadata": art.metadata},
-    }
-    if art.query_ids is not None:
-        result["query_ids"] = [str(q) for q in art.query_ids]
-    return result

@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats
 
 from tailaware.core import sampling
+from tailaware.core.results import Budget, Drift
 from tailaware.io.scores import SampledScores, make_scores
 
 
@@ -88,7 +89,7 @@ def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0):
     return out[::-1]
 
 
-def verdict(sizes, predictions, noise: float) -> dict:
+def verdict(sizes, predictions, noise: float) -> Budget:
     """Returns the sufficient-budget verdict from predictions at doubling sample sizes.
 
     Args:
@@ -97,31 +98,31 @@ def verdict(sizes, predictions, noise: float) -> dict:
       noise: the query-sampling noise (sd of the query bootstrap) the last move is held to.
 
     Returns:
-      {"converged", "last_change", "noise", "sizes", "predictions", "needed_sample", "message"};
-      `needed_sample` is the sample the geometric trend of the moves needs (None if converged,
-      or if the moves are not shrinking, when the message asks for at least 4x more).
+      The `Budget`; `needed_sample` is the sample the geometric trend of the moves needs (None
+      if converged, or if the moves are not shrinking, when the message asks for at least 4x
+      more).
     """
-    sizes = [int(s) for s in sizes]
-    preds = [float(v) for v in predictions]
+    sizes = tuple(int(s) for s in sizes)
+    preds = tuple(float(v) for v in predictions)
     moves = np.diff(preds)
     last = float(moves[-1]) if moves.size else 0.0
-    out = {
-        "sizes": sizes,
-        "predictions": preds,
-        "last_change": last,
-        "noise": float(noise),
-        "converged": bool(abs(last) <= noise),
-        "needed_sample": None,
-    }
-    if out["converged"]:
-        out["message"] = (
-            f"budget sufficient: doubling the sample to S = {sizes[-1]:,} moved the prediction "
-            f"by {last:+.4f}, within query noise {noise:.4f}"
+    out = Budget(
+        converged=bool(abs(last) <= noise),
+        message="",
+        sizes=sizes,
+        predictions=preds,
+        last_change=last,
+        noise=float(noise),
+    )
+    if out.converged:
+        return out._replace(
+            message=f"budget sufficient: doubling the sample to S = {sizes[-1]:,} moved the "
+            f"prediction by {last:+.4f}, within query noise {noise:.4f}"
         )
-        return out
     ratio = moves[-1] / moves[-2] if moves.size >= 2 and moves[-2] != 0 else np.nan
+    needed = None
     if not noise > 0:
-        out["message"] = (
+        message = (
             f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f}; with no "
             "query noise to hold it to (the query bootstrap has no spread: one query, or all "
             f"per-query APs equal) no sample size can be advised; sample at least "
@@ -129,22 +130,32 @@ def verdict(sizes, predictions, noise: float) -> dict:
         )
     elif np.isfinite(ratio) and 0.0 < ratio < 0.9:
         doublings = int(np.ceil(np.log(noise / abs(last)) / np.log(ratio)))
-        out["needed_sample"] = int(sizes[-1] * 2.0 ** max(doublings, 1))
-        out["message"] = (
+        needed = int(sizes[-1] * 2.0 ** max(doublings, 1))
+        message = (
             f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f} "
             f"(query noise {noise:.4f}); the trend (x{ratio:.2f} per doubling) needs about "
-            f"S = {out['needed_sample']:,} sampled distractors"
+            f"S = {needed:,} sampled distractors"
         )
     else:
-        out["message"] = (
+        message = (
             f"SAMPLE TOO SMALL: the last doubling moved the prediction by {last:+.4f} "
             f"(query noise {noise:.4f}) and the moves are not shrinking; sample at least "
             f"{4 * sizes[-1]:,} distractors"
         )
-    return out
+    return out._replace(message=message, needed_sample=needed)
 
 
-def drift(block_aps: np.ndarray, alpha: float = 0.01) -> dict:
+def not_checked(levels: int, n_sample: int, reason: str) -> Budget:
+    """Returns the `Budget` of a sample too small to halve `levels` times."""
+    message = (
+        f"BUDGET NOT CHECKED: the sample (S = {n_sample:,}) is too small to halve {levels} times "
+        "(a sub-sample leaves some query without a stored score); treat the prediction as "
+        "unverified and sample more distractors"
+    )
+    return Budget(converged=False, message=message, checked=False, reason=reason)
+
+
+def drift(block_aps: np.ndarray, alpha: float = 0.01) -> Drift:
     """Returns the paired test of block predictions for inconsistency beyond sampling noise.
 
     Args:
@@ -152,7 +163,7 @@ def drift(block_aps: np.ndarray, alpha: float = 0.01) -> dict:
       alpha: the test's level; `flag` is p < alpha.
 
     Returns:
-      {"block_map": [B], "chi2", "dof", "p_value", "flag", "max_deviation"}.
+      The `Drift` test.
     """
     block_aps = np.asarray(block_aps, np.float64)
     b, q = block_aps.shape
@@ -162,14 +173,15 @@ def drift(block_aps: np.ndarray, alpha: float = 0.01) -> dict:
     # The B deviations sum to zero, so their quadratic form has B - 1 degrees of freedom.
     chi2 = float(np.sum(mean_d**2 / var_d) * (b - 1) / b)
     p_value = float(stats.chi2.sf(chi2, b - 1))
-    return {
-        "block_map": [float(v) for v in block_aps.mean(axis=1)],
-        "chi2": chi2,
-        "dof": b - 1,
-        "p_value": p_value,
-        "flag": bool(p_value < alpha),
-        "max_deviation": float(np.abs(mean_d).max()),
-    }
+    return Drift(
+        checked=True,
+        block_map=tuple(float(v) for v in block_aps.mean(axis=1)),
+        chi2=chi2,
+        dof=b - 1,
+        p_value=p_value,
+        flag=bool(p_value < alpha),
+        max_deviation=float(np.abs(mean_d).max()),
+    )
 
 
 def hash_membership(distractor_ids, fraction: float, seed: int = 0) -> dict:

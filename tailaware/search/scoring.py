@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 
 import numpy as np
@@ -28,6 +28,7 @@ from absl import logging
 
 from tailaware.core import sampling
 from tailaware.io import atomic
+from tailaware.io.ilias_folder import Shard
 from tailaware.search import topk
 from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's public names)
     BACKENDS,
@@ -40,18 +41,6 @@ from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's
     split_ids,
 )
 from tailaware.search.topk import TopState
-
-
-@dataclasses.dataclass(frozen=True)
-class Shard:
-    """One distractor file: `read_ids()` -> [n] ids, `read_rows(rows)` -> [len(rows), D]."""
-
-    number: int
-    name: str
-    num_rows: int
-    read_ids: Callable[[], np.ndarray]
-    read_rows: Callable[[np.ndarray], np.ndarray]
-
 
 # ---------------------------------------------------------------------------------------------
 # Streaming over shards, with checkpoints and a multi-process split.
@@ -286,3 +275,22 @@ class _Progress:
             rate,
             eta,
         )
+
+
+def merge_processes(partials, count, spec, state, n_sample, n_shards):
+    """Process 0: waits for the other processes' final partials and merges them in order."""
+    for p in range(1, count):
+        path = os.path.join(partials, f"process_{p:03d}_of_{count:03d}.npz")
+        want = {s for s in range(n_shards) if s % count == p}
+        deadline = time.monotonic() + 24 * 3600
+        while True:
+            if os.path.exists(path):
+                other, other_done, other_n = load_checkpoint(path, spec)
+                if set(other_done) == want:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path}: process {p} did not finish")
+            time.sleep(0.2)
+        state = topk.merge_states(state, other)
+        n_sample += other_n
+    return topk.sorted_state(state), n_sample

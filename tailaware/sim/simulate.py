@@ -48,7 +48,6 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from tailaware.core import metrics
 from tailaware.io.scores import SampledScores, make_scores
 
 FAMILIES = ("kumaraswamy", "truncnorm", "gpd", "beta", "normal", "mixture")
@@ -375,9 +374,3 @@ def rounded(
     counts = _recount(tail, pos, scores.mask, scores.pos_counts)
     counts = np.where(scores.mask, counts, -1)
     return make_scores(tail, pos, counts, scores.n_sample, scores.fixed_counts, scores.query_ids)
-
-
-def true_map(truth_counts: np.ndarray, k: int) -> float:
-    """Returns the realized mAP@k of the full pool from its counts [Q, P] (-1 at padding)."""
-    mask = truth_counts >= 0
-    return float(metrics.ap_at_k_from_counts(truth_counts, mask, k).mean())

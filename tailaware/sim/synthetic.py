@@ -6,12 +6,19 @@ varying distances from those clusters and spread their query and positives by an
 instance-specific amount, so hardness is heterogeneous across queries and positives. Distractors
 are generated block by block from per-block seeds: 2M of them never sit in memory at once, and
 any block can be regenerated identically.
+
+`score` scores every query against every distractor once: the exact counts at nested gallery
+sizes (the truth) and, on the way, the sampled scores of a uniform id-hash sample.
 """
 
 import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
+from tqdm import tqdm
+
+from tailaware.core import metrics, sampling
+from tailaware.io.scores import make_scores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,3 +106,64 @@ def distractor_blocks(bench: Benchmark, block: int = 200_000) -> Iterator[tuple[
         c = rng.choice(len(bench.weights), stop - start, p=bench.weights)
         noise = rng.standard_normal((stop - start, bench.dim)).astype(np.float32)
         yield start, _normalize(bench.centers[c] + bench.spreads[c, None] * noise / 3.0)
+
+
+def _ground_truth(bench: Benchmark):
+    """Returns pos_scores [Q, P], mask [Q, P] and fixed counts [Q, P] (other positives above)."""
+    sims = bench.queries @ bench.positives.T  # [Q, T]
+    relevant = bench.query_instance[:, None] == bench.positive_instance[None, :]
+    pos, mask = metrics.positives_from_dense(sims, relevant)
+    fixed = metrics.counts_from_scores(sims, relevant, np.where(mask, pos, 0.0), mask)
+    return pos.astype(np.float32), mask, fixed
+
+
+def score(bench: Benchmark, sizes, fraction: float, top_m: int, seed: int, progress=True):
+    """Scores every distractor once (with a progress bar unless `progress` is False).
+
+    Returns:
+      (truth counts {size: [Q, P]}, SampledScores of the `fraction` id-hash sample).
+    """
+    pos, mask, fixed = _ground_truth(bench)
+    pos_cmp = np.where(mask, pos, np.inf)[:, None, :]  # padding never counts
+    q = bench.queries.shape[0]
+    full = np.zeros(mask.shape, np.int64)
+    sampled = np.zeros(mask.shape, np.int64)
+    top = np.full((q, 0), -np.inf, np.float32)
+    n_sample = 0
+    truth = {}
+    sizes = sorted(int(s) for s in sizes)
+    with tqdm(
+        total=bench.n_distractors,
+        unit="img",
+        unit_scale=True,
+        desc="scoring",
+        disable=not progress,
+    ) as bar:
+        for start, feats in distractor_blocks(bench):
+            stop = start + len(feats)
+            sims = bench.queries @ feats.T  # [Q, B]
+            keep = sampling.in_sample(bench.distractor_ids(start, stop), fraction, seed)
+            cuts = [s - start for s in sizes if start < s <= stop]
+            prev = 0
+            for cut in [*cuts, len(feats)]:
+                full += (sims[:, prev:cut, None] > pos_cmp).sum(axis=1)
+                if start + cut in sizes:
+                    truth[start + cut] = full.copy()
+                prev = cut
+            s_sims = sims[:, keep]
+            sampled += (s_sims[:, :, None] > pos_cmp).sum(axis=1)
+            n_sample += int(keep.sum())
+            top = np.concatenate([top, s_sims], axis=1)
+            if top.shape[1] > top_m:
+                top = -np.partition(-top, top_m - 1, axis=1)[:, :top_m]
+            bar.update(len(feats))
+    top = -np.sort(-top, axis=1)
+    scores = make_scores(
+        top,
+        np.where(mask, pos, np.nan),
+        np.where(mask, sampled, -1),
+        n_sample,
+        np.where(mask, fixed, -1),
+        source="synthetic benchmark",
+    )
+    return {s: np.where(mask, c, -1) for s, c in truth.items()}, scores

@@ -1,61 +1,37 @@
 """Hardness estimators: from a distractor sample to per-positive hardness x = P(score > s).
 
-Each estimator maps a `SampledScores` and the config to a `Hardness`; the law then turns it into
-mAP@k at any gallery size. The simple ones live here; the tail-aware (EVT) ones in `hardness.py`.
+Each estimator maps a `SampledScores` and the `TailSettings` to a `Hardness`; the law then turns
+it into mAP@k at any gallery size. The simple ones live here; the tail-aware (EVT) ones in
+`evt.py`.
 
 - `count`: x = K / S, the Krichene-Rendle count estimator specialised to top rank. Blind below
   1 / S: every positive that no sampled distractor beats gets x = 0 (paper Sec. 4).
 - `homogeneous`: one x per query, the pooled fraction sum_j K_j / (n_pos S) for every positive
   (the single-x model the paper shows collapsing at large N, Fig. 2).
+- `evt`, `evt_averaged`: the tail-aware estimators (`evt.evt`, `evt.evt_averaged`).
 """
 
-import importlib
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
+from tailaware.core.results import Hardness
 from tailaware.io.scores import SampledScores
+from tailaware.tail import evt
+from tailaware.tail.settings import TailSettings
 
 
-class Hardness(NamedTuple):
-    """Per-positive hardness with its provenance.
-
-    Attributes:
-      x: [Q, P] float64 hardness in [0, 1]; 0 at padding.
-      mask: [Q, P] bool, real positives.
-      tail_priced: [Q, P] bool, positives priced by a fitted tail rather than by the count.
-      info: per-query diagnostics, name -> [Q] array.
-      atoms: None, or [Q, P, A] float64 atoms of a posterior over each positive's hardness
-        (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
-      weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
-      reruns: the estimate rerun at other tail thresholds, when asked for
-        (`tailaware.tail.evt.estimate`); empty otherwise.
-      prior_weights: None, or [T, Q, A] the weights of `atoms` under other priors on the tail
-        shape (`tailaware.tail.evt.prior_weights`), asked for with the reruns.
-    """
-
-    x: np.ndarray
-    mask: np.ndarray
-    tail_priced: np.ndarray
-    info: dict
-    atoms: np.ndarray | None = None
-    weights: np.ndarray | None = None
-    reruns: tuple = ()
-    prior_weights: np.ndarray | None = None
-
-
-def count(scores: SampledScores, config=None) -> Hardness:
+def count(scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
     """Returns x = K / S (the count estimator)."""
-    del config
+    del settings
     mask = scores.mask
     x = np.where(mask, scores.pos_counts, 0) / float(scores.n_sample)
     return Hardness(x, mask, np.zeros_like(mask), {})
 
 
-def homogeneous(scores: SampledScores, config=None) -> Hardness:
+def homogeneous(scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
     """Returns one pooled hardness per query, sum_j K_j / (n_pos S), for all its positives."""
-    del config
+    del settings
     mask = scores.mask
     k = np.where(mask, scores.pos_counts, 0).sum(axis=1)
     xq = k / (mask.sum(axis=1) * float(scores.n_sample))
@@ -63,33 +39,32 @@ def homogeneous(scores: SampledScores, config=None) -> Hardness:
     return Hardness(x, mask, np.zeros_like(mask), {})
 
 
-# Name -> function, or "module:function" imported on first use.
-ESTIMATORS: dict[str, Callable | str] = {
+ESTIMATORS: dict[str, Callable[[SampledScores, TailSettings], Hardness]] = {
     "count": count,
     "homogeneous": homogeneous,
-    "evt": "tailaware.tail.evt:evt",
-    "evt_averaged": "tailaware.tail.evt:evt_averaged",
+    "evt": evt.evt,
+    "evt_averaged": evt.evt_averaged,
 }
 
 
-def get(name: str) -> Callable[..., Hardness]:
+def get(name: str) -> Callable[[SampledScores, TailSettings], Hardness]:
     """Returns the estimator called `name`."""
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
-    fn = ESTIMATORS[name]
-    if isinstance(fn, str):
-        module, attr = fn.split(":")
-        fn = getattr(importlib.import_module(module), attr)
-    return fn
+    return ESTIMATORS[name]
 
 
-def available() -> list[str]:
-    """Returns the registered estimators that import (the EVT ones need `tailaware.tail.evt`)."""
-    names = []
-    for name in ESTIMATORS:
-        try:
-            get(name)
-        except (ImportError, AttributeError):
-            continue
-        names.append(name)
-    return names
+def tail_method(name: str) -> str | None:
+    """Returns the tail model (`evt.METHODS`) behind an estimator name, None without one (count,
+    homogeneous): the estimators whose intervals have threshold and distractor terms."""
+    get(name)
+    return evt.ESTIMATOR_METHODS.get(name)
+
+
+def estimate(scores: SampledScores, name: str, settings: TailSettings) -> Hardness:
+    """Returns estimator `name`'s `Hardness`, with its threshold reruns (and prior terms) when it
+    has a tail model (one compiled program, `evt.estimate`): what the reported interval needs."""
+    method = tail_method(name)
+    if method is None:
+        return get(name)(scores, settings)
+    return evt.estimate(scores, settings, method, reruns=True)

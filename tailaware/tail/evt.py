@@ -20,18 +20,19 @@ Two ways to turn the fit into P(Y > y):
   hardness: AP is far from linear in x across the decades a tail extrapolation spans, so the
   plug-in of even an unbiased x is biased. `Hardness.x` reports the posterior mean. Every xi near
   0 keeps unbounded support, so no positive is priced a hard 0. The prior on xi leans towards
-  the longer tails (`XI_TILT`). Its threshold is the paper's unless a GPD does not fit the
-  excesses there (an Anderson-Darling test, `select_threshold`): a near-duplicate cluster far
-  above the bulk of the excesses, for one, makes the fitted tail look long and over-prices every
-  positive; the threshold then moves up to keep half or a quarter of the excesses. On the
-  score-level simulator (`tailaware.sim.simulate`, paper regime, kumaraswamy laws, 5% samples) the
-  bias of predicted mAP@1000 is -0.001 against the plug-in's +0.019; README's validation tables
-  have the full study.
+  the longer tails (`TailSettings.xi_tilt`). Its threshold is the paper's unless a GPD does not
+  fit the excesses there (an Anderson-Darling test, `select_threshold`): a near-duplicate
+  cluster far above the bulk of the excesses, for one, makes the fitted tail look long and
+  over-prices every positive; the threshold then moves up to keep half or a quarter of the
+  excesses. On the score-level simulator (`tailaware.sim.simulate`, paper regime, kumaraswamy
+  laws, 5% samples) the bias of predicted mAP@1000 is -0.001 against the plug-in's +0.019;
+  docs/validation.md has the full study.
 
 `estimate(..., reruns=True)` also reruns either with half and twice the excesses: how far the
 prediction moves with the threshold is the tail model's own error, which the reported intervals
 add to the sampling noise (`bootstrap.intervals`). The averaged estimator is re-weighted under
-a flatter and a steeper prior on xi as well (`PRIOR_SPREAD`): what the data leave to the prior.
+a flatter and a steeper prior on xi as well (`TailSettings.prior_spread`): what the data leave
+to the prior.
 
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
 of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
@@ -49,11 +50,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
+from tailaware.core.results import Hardness
 from tailaware.io.scores import SampledScores
-from tailaware.tail import dequantize, estimators, gpd
+from tailaware.tail import dequantize, gpd
+from tailaware.tail.settings import TailSettings
 
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
 # small, would otherwise fit two or three points).
@@ -69,34 +71,10 @@ MIN_EXCESSES = 10
 # 0.05-1% samples (+0.03..+0.15 there; README has the cells).
 XI_GRID_SIZE = 20
 XI_MIN = -0.95
-# Prior over xi on the grid: proportional to exp(XI_TILT * xi), a lean towards the longer tails
-# (density ratio e^3 ~ 20 between xi = 0 and xi = -1/2). Fitted at practical thresholds, the
-# shape of a bounded score law reads more negative than the tail it extrapolates into (the
-# penultimate effect, REFERENCE.md; a Gaussian's local xi is ~ -1/z^2 at z standard deviations,
-# its limit 0), and the GPD's small-sample MLE of xi is biased low too; both bias the tail short
-# and the prediction high. Chosen on three sets of benchmarks (README, "Validation"): the six
-# simulated tail families at gallery sizes 7.6e5-1e9 and samples of 0.05-50% (the sizes grid,
-# 78 cells, mean |error| of mAP@1000 against the truth: 0.0451 at tilt 4, 0.0438 at 6; earlier,
-# against an oracle on a 39-point grid: 0.046 flat, 0.043 at 2, 0.041 at 4 and at 6, 0.042 at
-# 8), the validation's paper regime (0.05% of 1e8 on `kumaraswamy`: MAE 0.038 at 4, 0.020 at 6)
-# and descriptor-level benchmarks of cosine scores (`benchmarks/descriptor_level.py`, 64-512
-# dimensions), where every estimate at tilt 4 over-predicted (+0.006 at 5%) and a stronger lean
-# shrinks the bias. It over-prices deep extrapolations of tails that end abruptly: the stress
-# regime and `truncnorm` (README has both sides).
-XI_TILT = 6.0
-# Prior sensitivity: `estimate(..., reruns=True)` re-weights the averaged posterior under the
-# leans XI_TILT -/+ PRIOR_SPREAD (exp(0 xi), flat, and exp(12 xi)): how far the prediction moves
-# when the prior does is the part of the tail model's error that the data leave to the prior
-# (`bootstrap.intervals` adds it to the interval). The spread spans the leans the benchmark sets
-# above favour one by one (no lean on the stress regime, 6-8 on descriptor-level cosine scores).
-PRIOR_SPREAD = 6.0
 # Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a
-# goodness-of-fit test, the threshold moves up to keep these shares of them. A^2 = 2 is about the
-# 99.5th percentile of the Anderson-Darling statistic of exact GPD samples against their grid
-# fit (n = 50-400 excesses, xi in [-1/2, 0]; `tests/test_hardness.py` checks the false-alarm rate
-# by simulation), so a GPD tail keeps its threshold.
+# goodness-of-fit test (`TailSettings.ad_critical`), the threshold moves up to keep these shares
+# of them.
 GOF_FACTORS = (1.0, 0.5, 0.25)
-AD_CRITICAL = 2.0
 # Threshold stability: refit with the excess count scaled by these factors (the diagnostics' xi
 # refits, and `estimate`'s reruns of the whole estimator).
 STABILITY_FACTORS = (0.5, 2.0)
@@ -158,12 +136,12 @@ def _log_rate(n_u, n_sample):
     return jnp.where(pos, jnp.log(jnp.where(pos, n_u, 1.0) / n_sample), -jnp.inf)
 
 
-def xi_grid(dtype=jnp.float32):
+def xi_grid(tilt: float, dtype=jnp.float32):
     """Returns the [X] grid of shapes in [XI_MIN, 0] and its prior weights (trapezoid rule times
-    the prior density exp(XI_TILT xi))."""
+    the prior density exp(tilt xi), `TailSettings.xi_tilt`)."""
     xis = jnp.linspace(XI_MIN, 0.0, XI_GRID_SIZE, dtype=dtype)
     w = jnp.full((XI_GRID_SIZE,), 1.0, dtype).at[0].set(0.5).at[-1].set(0.5)
-    w = w * jnp.exp(XI_TILT * xis)
+    w = w * jnp.exp(tilt * xis)
     return xis, w / jnp.sum(w)
 
 
@@ -175,21 +153,28 @@ def _pricing_inputs(pos_scores, u, mask, n_sample):
     return log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
 
 
+def gpd_log_x(log_rate, u, xi, sigma, pos_scores):
+    """Returns log x = log_rate + log P(Y > s - u) [Q, P] (eq. B.1): positives of scores
+    `pos_scores` [Q, P] priced by one GPD(xi, sigma) [Q] per query over its threshold u [Q] with
+    exceedance rate exp(log_rate) [Q] = n_u / S; -inf beyond the endpoint."""
+    excess = pos_scores - u[:, None]
+    return log_rate[:, None] + gpd.log_survival(excess, xi[:, None], sigma[:, None])
+
+
 def _plug_in_log_x(pos_scores, u, mask, n_sample, xi, sigma):
-    """Returns log x [Q, P] (eq. B.1) of one GPD(xi, sigma) [Q] per query over its threshold u
-    [Q] with excesses `mask` [Q, W]; -inf at padding and beyond the endpoint."""
-    log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
-    log_s = gpd.log_survival(excess, xi[:, None], sigma[:, None])
-    return jnp.where(pad, -jnp.inf, log_rate[:, None] + log_s)
+    """Returns `gpd_log_x` of the excesses `mask` [Q, W] over u [Q]; -inf at padding (NaN)."""
+    log_rate, pad, _ = _pricing_inputs(pos_scores, u, mask, n_sample)
+    log_x = gpd_log_x(log_rate, u, xi, sigma, jnp.where(pad, u[:, None], pos_scores))
+    return jnp.where(pad, -jnp.inf, log_x)
 
 
-def select_threshold(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
+def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, width=None):
     """Returns the excesses over each query's selected threshold (see `posterior`).
 
     Candidates are the thresholds that keep `GOF_FACTORS` times the q-quantile's excesses (times
     `factor`, in W = `width` slots, as in `excesses`); each is tested with the Anderson-Darling
     statistic of its excesses against the GPD fitted by maximum likelihood on `gpd.fit`'s search
-    grid (`gpd.grid_fit`, closed form). The lowest candidate with A^2 <= `AD_CRITICAL` is
+    grid (`gpd.grid_fit`, closed form). The lowest candidate with A^2 <= `ad_critical` is
     selected; where every candidate fails, the best-fitting one.
 
     Returns:
@@ -206,20 +191,21 @@ def select_threshold(tail_scores, threshold_quantile=0.95, factor=1.0, width=Non
     ad = jax.vmap(jax.vmap(gpd.anderson_darling))(y, mask, *fit(y, mask))
     # A candidate without excesses (ties at the top) is never selected over one with some.
     ad = jnp.where(jnp.any(mask, axis=2), ad, jnp.inf)
-    passed = ad <= AD_CRITICAL
+    passed = ad <= ad_critical
     choice = jnp.where(jnp.any(passed, axis=0), jnp.argmax(passed, axis=0), jnp.argmin(ad, axis=0))
     pick = lambda a: jnp.take_along_axis(a, choice.reshape((1, -1) + (1,) * (a.ndim - 2)), 0)[0]
     return pick(u), pick(y), pick(mask), ad
 
 
-def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, factor=1.0, width=None):
+def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor=1.0, width=None):
     """`posterior`, plus the selected excess count [Q] and the A^2 statistics [F, Q].
 
     `factor` and `width` set the default threshold's excess count as in `excesses`.
     """
     dtype = tail_scores.dtype
-    xis, prior = xi_grid(dtype)
-    u, y, mask, ad = select_threshold(tail_scores, threshold_quantile, factor, width)
+    xis, prior = xi_grid(settings.xi_tilt, dtype)
+    q, critical = settings.threshold_quantile, settings.ad_critical
+    u, y, mask, ad = select_threshold(tail_scores, q, critical, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
@@ -231,12 +217,12 @@ def _posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, facto
     return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad
 
 
-def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
+def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
     """Returns the tail posterior over the xi grid: log hardness atoms and their weights.
 
     Per query, the weights are the marginal likelihood of xi with the scale integrated out
     (prior 1 / sigma) by Laplace's method, prior(xi) L_p(xi) / sqrt(J(xi)), with prior(xi)
-    proportional to exp(XI_TILT xi) (see `XI_TILT`): the profile likelihood L_p(xi) at the
+    proportional to exp(xi_tilt xi) (`TailSettings.xi_tilt`): the profile likelihood L_p(xi) at the
     profiled scale sigma(xi), times the width of the likelihood in log sigma, J its observed
     information there (`gpd.scale_information`). The profile alone favours short tails (it ignores
     that sigma is fitted); integrating the scale out removes that bias. The observed information
@@ -246,7 +232,7 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
     keeps unbounded support, so the mixture is never a hard 0.
 
     The threshold is the q-quantile of the kept scores unless a GPD does not fit the excesses
-    there (Anderson-Darling A^2 above `AD_CRITICAL`, e.g. a near-duplicate cluster above a bulk):
+    there (Anderson-Darling A^2 above `ad_critical`, e.g. a near-duplicate cluster above a bulk):
     then the lowest of the higher thresholds of `GOF_FACTORS` whose fit passes, or the best
     fitting one. A candidate keeps at least `MIN_EXCESSES` excesses where the sample allows, more
     than `min_count`, so the positives priced by the tail are those of the default threshold.
@@ -255,12 +241,12 @@ def posterior(pos_scores, tail_scores, n_sample, threshold_quantile=0.95):
       pos_scores: [Q, P] positive scores, NaN padded.
       tail_scores: [Q, M] kept sampled scores, descending, -inf padded.
       n_sample: S.
-      threshold_quantile: q.
+      settings: q (`threshold_quantile`), the prior's lean and the goodness-of-fit test's level.
 
     Returns:
       (log_x [Q, P, X], -inf at padding; weights [Q, X]).
     """
-    return _posterior(pos_scores, tail_scores, n_sample, threshold_quantile)[:2]
+    return _posterior(pos_scores, tail_scores, n_sample, settings)[:2]
 
 
 def _log_mean(log_x, weights):
@@ -268,8 +254,8 @@ def _log_mean(log_x, weights):
     return jax.nn.logsumexp(log_x, axis=2, b=weights[:, None, :])
 
 
-@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method"))
-def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, method="mle"):
+@functools.partial(jax.jit, static_argnames=("settings", "method"))
+def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, method="mle"):
     """Returns log x = log((n_u / S) P(Y > s - u)), the tail model's hardness (eq. B.1).
 
     Pure JAX, differentiable in `pos_scores` and `tail_scores` (see the module docstring for the
@@ -279,7 +265,7 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, me
       pos_scores: [Q, P] positive scores, NaN padded.
       tail_scores: [Q, M] kept sampled scores, descending, -inf padded.
       n_sample: S, the full sample size.
-      threshold_quantile: q.
+      settings: q and, for method "mean", the posterior's prior and threshold test.
       method: "mle" (plug-in, `evt`) or "mean" (the posterior mean of the tail probability,
         the mean of `posterior`'s atoms: `evt_averaged`'s reported x).
 
@@ -289,8 +275,8 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, threshold_quantile=0.95, me
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "mean":
-        return _log_mean(*posterior(pos_scores, tail_scores, n_sample, threshold_quantile))
-    u, y, mask = excesses(tail_scores, threshold_quantile)
+        return _log_mean(*posterior(pos_scores, tail_scores, n_sample, settings))
+    u, y, mask = excesses(tail_scores, settings.threshold_quantile)
     fit = jax.vmap(gpd.fit)(y, mask)
     return _plug_in_log_x(pos_scores, u, mask, n_sample, fit.xi, fit.sigma)
 
@@ -370,8 +356,8 @@ def diagnostics(tail_scores, threshold_quantile=0.95) -> dict:
     return {k: np.asarray(v) for k, v in jax.device_get(info).items()}
 
 
-@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method", "reruns"))
-def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method, reruns):
+@functools.partial(jax.jit, static_argnames=("settings", "method", "reruns"))
+def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, method, reruns):
     """Returns (log x [Q, P], info, log atoms, weights, the reruns' outputs or None).
 
     With `reruns`, the estimator is also rerun with the excess count scaled by each of
@@ -381,6 +367,7 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
     cost no compilation of their own (the batched estimate equals the plain one up to float32
     rounding: relative 1e-5 in x).
     """
+    threshold_quantile = settings.threshold_quantile
     fits = _stability_fits(tail_scores, threshold_quantile, stack_main=method == "mean")
     info = _fit_info(*fits)
     dtype = tail_scores.dtype
@@ -390,7 +377,7 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
     if method == "mean":
 
         def one(factor):
-            post = _posterior(pos_scores, tail_scores, n_sample, threshold_quantile, factor, width)
+            post = _posterior(pos_scores, tail_scores, n_sample, settings, factor, width)
             u, _, mask = excesses(tail_scores, threshold_quantile, factor, width)
             return *post, u, jnp.any(mask, axis=1)  # u: the default threshold, as in `estimate`
 
@@ -415,20 +402,23 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, threshold_quantile, method,
     return log_x, info, None, None, (jnp.stack(log_xs), ones, us, fitted)
 
 
-def _host_inputs(scores: SampledScores, cfg):
-    """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S, q)."""
-    tail = dequantize.spread_ties(scores.tail_scores[:, : int(cfg.top_m)])
+def _host_inputs(scores: SampledScores, settings: TailSettings):
+    """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S)."""
+    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)])
     counts = np.where(scores.mask, scores.pos_counts, 0)
     pos = np.asarray(scores.pos_scores, np.float32)
-    return pos, tail, counts, float(scores.n_sample), float(cfg.threshold_quantile)
+    return pos, tail, counts, float(scores.n_sample)
 
 
-def _tail_priced(mask, pos, counts, cfg, u, fitted) -> np.ndarray:
-    """Returns [Q, P] whether the tail prices each positive (`mask`, float32 scores `pos`,
-    `counts` [Q, P]): fewer than `min_count` sampled distractors beat it, it lies at or above its
-    query's threshold u [Q], and the query's tail was `fitted` [Q]; counts price the others."""
-    above_u = np.where(mask, pos, -np.inf) >= u[:, None]
-    return mask & (counts < int(cfg.min_count)) & above_u & fitted[:, None]
+def tail_priced(mask, pos, counts, u, fitted, min_count: int):
+    """Returns [Q, P] whether the tail prices each positive; counts price the others.
+
+    The tail prices a real positive (`mask` [Q, P]) when fewer than `min_count` sampled
+    distractors beat it (`counts` [Q, P]), its score `pos` [Q, P] lies at or above its query's
+    threshold u [Q], and the query's tail was `fitted` [Q] (some stored score lies above u).
+    numpy and JAX arrays alike (the estimate and its traced form in `functional` share it).
+    """
+    return mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
 
 
 def _atoms(log_atoms, weights, tail_priced, x_count):
@@ -441,22 +431,20 @@ def _atoms(log_atoms, weights, tail_priced, x_count):
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
 
-def estimate(
-    scores: SampledScores, config: ml_collections.ConfigDict, method: str, reruns: bool = False
-):
+def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns: bool = False):
     """Returns the tail-aware `Hardness` with the tail model `method` (see `log_tail_prob`).
 
     With `reruns`, its `reruns` hold the estimate rerun with half and twice the excesses over
     its threshold (`STABILITY_FACTORS`; threshold selection included). A GPD is a model of the
     tail only asymptotically: a bounded score law's fitted shape drifts with the threshold (the
     penultimate effect), and how far the prediction moves with it is the usual measure of the
-    tail model's own error, which no resampling of the data sees (`tailaware.protocol.bootstrap.intervals`
-    widens the reported interval by it). The reruns price positives as the estimate does, by the
+    tail model's own error, which no resampling of the data sees (the reported interval widens
+    by it, `tailaware.protocol.intervals`). The reruns price positives as the estimate does, by the
     tail above their own threshold and by counts elsewhere, and carry no diagnostics (`info` is
     empty). They share the estimate's compiled program. Method "mean" also returns, with the
     reruns, its weights under a flatter and a steeper prior on xi (`prior_weights`).
 
-    Reads `config.evt.top_m` (M), `config.evt.threshold_quantile` (q) and `config.evt.min_count`.
+    `settings` gives M (`top_m`), q (`threshold_quantile`), `min_count` and the prior.
     `info` holds the keys of `diagnostics` plus, per query, fitted (a tail was fitted: some
     stored score lies above the threshold; otherwise every positive keeps its count),
     share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
@@ -465,62 +453,61 @@ def estimate(
     over the threshold `select_threshold` chose; n_exceed where the default passed) and ad (the
     Anderson-Darling statistic at the default threshold).
     """
-    cfg = config.evt
     mask = scores.mask
-    pos, tail, counts, s, q = _host_inputs(scores, cfg)
+    pos, tail, counts, s = _host_inputs(scores, settings)
 
-    out = jax.device_get(_estimate_jit(pos, tail, s, q, method, reruns))
+    out = jax.device_get(_estimate_jit(pos, tail, s, settings, method, reruns))
     log_x, info, log_atoms, weights, extra = out
     log_x = np.asarray(log_x, np.float64)
     info = {k: np.asarray(v) for k, v in info.items()}
     fitted = (info["n_exceed"] > 0) & (info["sigma"] > 0)
-    tail_priced = _tail_priced(mask, pos, counts, cfg, info["u"], fitted)
+    priced = tail_priced(mask, pos, counts, info["u"], fitted, settings.min_count)
     with np.errstate(under="ignore"):
         x_tail = np.exp(log_x)
-    x = np.where(tail_priced, x_tail, counts / s)
+    x = np.where(priced, x_tail, counts / s)
     x = np.where(mask, x, 0.0)
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
-    beyond = tail_priced & (np.where(mask, pos, -np.inf) > info["endpoint"][:, None])
+    beyond = priced & (np.where(mask, pos, -np.inf) > info["endpoint"][:, None])
     info["fitted"] = fitted
-    info["share_tail_priced"] = tail_priced.sum(axis=1) / n_pos
+    info["share_tail_priced"] = priced.sum(axis=1) / n_pos
     info["share_beyond_endpoint"] = beyond.sum(axis=1) / n_pos
-    info["share_zero"] = (mask & (x == 0) & tail_priced).sum(axis=1) / n_pos
-    others = () if extra is None else tuple(_reruns(mask, pos, counts, cfg, s, *extra))
+    info["share_zero"] = (mask & (x == 0) & priced).sum(axis=1) / n_pos
+    others = () if extra is None else tuple(_reruns(mask, pos, counts, settings, s, *extra))
     if log_atoms is None:
-        return estimators.Hardness(x, mask, tail_priced, info, reruns=others)
-    atoms = _atoms(log_atoms, weights, tail_priced, x)
-    priors = prior_weights(atoms[1]) if reruns else None
-    return estimators.Hardness(x, mask, tail_priced, info, *atoms, others, priors)
+        return Hardness(x, mask, priced, info, reruns=others)
+    atoms = _atoms(log_atoms, weights, priced, x)
+    priors = prior_weights(atoms[1], settings) if reruns else None
+    return Hardness(x, mask, priced, info, *atoms, others, priors)
 
 
-def prior_weights(weights: np.ndarray) -> np.ndarray:
-    """Returns [2, Q, X] the posterior weights over the xi grid under the priors exp((XI_TILT
-    -/+ PRIOR_SPREAD) xi), from the weights [Q, X] under exp(XI_TILT xi).
+def prior_weights(weights: np.ndarray, settings: TailSettings) -> np.ndarray:
+    """Returns [2, Q, X] the posterior weights over the xi grid under the priors exp((t -/+ d)
+    xi), t = `xi_tilt` and d = `prior_spread`, from the weights [Q, X] under exp(t xi).
 
     The prior enters the weights as a factor (`posterior`), so another prior is a re-weighting of
     the same atoms (exact, in float64).
     """
-    xis = np.asarray(xi_grid()[0], np.float64)
-    shifts = np.array([-PRIOR_SPREAD, PRIOR_SPREAD])
+    xis = np.asarray(xi_grid(settings.xi_tilt)[0], np.float64)
+    shifts = np.array([-settings.prior_spread, settings.prior_spread])
     w = np.asarray(weights, np.float64)[None] * np.exp(shifts[:, None] * xis)[:, None, :]
     return w / w.sum(axis=2, keepdims=True)
 
 
-def _reruns(mask, pos, counts, cfg, s, log_atoms, weights, u, fitted):
+def _reruns(mask, pos, counts, settings: TailSettings, s, log_atoms, weights, u, fitted):
     """Yields the reruns' `Hardness` from `_estimate_jit`'s outputs (one row per factor)."""
     for log_a, w, u_f, fit_f in zip(log_atoms, weights, u, fitted, strict=True):
-        tail_priced = _tail_priced(mask, pos, counts, cfg, u_f, fit_f)
-        atoms, w = _atoms(log_a, w, tail_priced, np.where(mask, counts / s, 0.0))
+        priced = tail_priced(mask, pos, counts, u_f, fit_f, settings.min_count)
+        atoms, w = _atoms(log_a, w, priced, np.where(mask, counts / s, 0.0))
         x = np.einsum("qpa,qa->qp", atoms, w)
-        yield estimators.Hardness(x, mask, tail_priced, {}, atoms, w)
+        yield Hardness(x, mask, priced, {}, atoms, w)
 
 
-def evt(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.Hardness:
+def evt(scores: SampledScores, settings: TailSettings) -> Hardness:
     """Returns the paper's tail-aware hardness: the plug-in GPD maximum-likelihood tail."""
-    return estimate(scores, config, ESTIMATOR_METHODS["evt"])
+    return estimate(scores, settings, ESTIMATOR_METHODS["evt"])
 
 
-def evt_averaged(scores: SampledScores, config: ml_collections.ConfigDict) -> estimators.Hardness:
+def evt_averaged(scores: SampledScores, settings: TailSettings) -> Hardness:
     """Returns the tail-aware hardness posterior over xi (atoms; x is its mean; no hard 0)."""
-    return estimate(scores, config, ESTIMATOR_METHODS["evt_averaged"])
+    return estimate(scores, settings, ESTIMATOR_METHODS["evt_averaged"])

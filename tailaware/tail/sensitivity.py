@@ -22,7 +22,7 @@ What the reports answer:
 * `tail_gradients`: d mAP / d (log rate, threshold, xi, log sigma) of every query's tail fit.
   The fitted parameters are taken as given inputs (a stop-gradient at the fit).
   `score_gradients` goes through the fitter instead: d mAP / d sampled score and d mAP / d
-  positive score via `hardness.log_tail_prob`, whose fitted (xi, sigma) carry `gpd.fit`'s
+  positive score via `evt.log_tail_prob`, whose fitted (xi, sigma) carry `gpd.fit`'s
   implicit-function-theorem derivatives (the threshold's rank and the count switch carry none).
 * `uncertainty`: delta-method variance of mAP from hardness noise, split by query and by
   positive, from a log-hardness covariance (`count_log_x_covariance` for counted positives,
@@ -48,8 +48,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from tailaware.core import law
+from tailaware.core.results import Hardness
 from tailaware.io.scores import SampledScores
-from tailaware.tail import estimators, gpd
+from tailaware.tail import evt
+from tailaware.tail.settings import TailSettings
 
 LN10 = float(np.log(10.0))
 
@@ -209,9 +211,8 @@ def gpd_log_x(params: TailParams, pos_scores):
 
     -inf beyond the fitted endpoint (an "immune" positive, x = 0), with zero, finite gradient.
     """
-    y = pos_scores - params.threshold[:, None]
-    sigma = jnp.exp(params.log_sigma)[:, None]
-    return params.log_rate[:, None] + gpd.log_survival(y, params.xi[:, None], sigma)
+    sigma = jnp.exp(params.log_sigma)
+    return evt.gpd_log_x(params.log_rate, params.threshold, params.xi, sigma, pos_scores)
 
 
 @functools.partial(jax.jit, static_argnames=("truncation", "log_x_fn"))
@@ -269,7 +270,7 @@ def tail_param_covariance(xi, n_exceed):
     """Returns the asymptotic covariance [Q, 3, 3] of (log rate, xi, log sigma) of a tail fit.
 
     The exceedance count over a fixed threshold is Binomial, so Var(log rate) ~ 1 / n_u (with u
-    at an order statistic, as `hardness.excesses` sets it, the same noise moves u instead, to
+    at an order statistic, as `evt.excesses` sets it, the same noise moves u instead, to
     first order with the same effect on x). For the GPD maximum-likelihood
     fit (Smith 1985, regular for xi > -1/2), with c = 1 + xi,
     Var(xi) = c^2 / n_u, Var(log sigma) = 2 c / n_u, Cov(xi, log sigma) = -c / n_u; non-regular
@@ -365,7 +366,7 @@ def blind_response(x, mask, blind, n, k, n_sample, fixed=None, truncation: law.T
 
 
 def tail_params(info: dict, n_sample) -> TailParams:
-    """Returns the `TailParams` [Q] of the fits in a tail-aware `Hardness.info` (`hardness.evt`).
+    """Returns the `TailParams` [Q] of the fits in a tail-aware `Hardness.info` (`evt.evt`).
 
     Queries without a fit (no excess) get log_rate = -inf and sigma = 1: they price nothing.
     """
@@ -381,7 +382,7 @@ def tail_params(info: dict, n_sample) -> TailParams:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("threshold_quantile", "method", "truncation"))
+@functools.partial(jax.jit, static_argnames=("settings", "method", "truncation"))
 def score_gradients(
     pos_scores,
     tail_scores,
@@ -392,24 +393,21 @@ def score_gradients(
     n,
     k,
     fixed=None,
-    threshold_quantile=0.95,
+    settings: TailSettings = TailSettings(),
     method="mle",
     truncation: law.Truncation = "smooth",
     tau=1.0,
 ):
     """Returns (d mAP / d pos_scores [Q, P], d mAP / d tail_scores [Q, M]) through the tail fit.
 
-    The tail-priced positives take `hardness.log_tail_prob` (differentiated through the fitter
+    The tail-priced positives take `evt.log_tail_prob` (differentiated through the fitter
     by implicit differentiation for method "mle"); the others keep `x`. A sampled score's
     gradient says how much the prediction leans on that one distractor; a positive's says how
     much a small change of its similarity would move mAP.
     """
-    from tailaware.tail import (
-        evt as hardness,  # the tail-aware core, imported on use like `estimators`
-    )
 
     def f(pos, tail):
-        log_x = hardness.log_tail_prob(pos, tail, n_sample, threshold_quantile, method)
+        log_x = evt.log_tail_prob(pos, tail, n_sample, settings, method)
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, n, k, fixed, truncation, tau)[0]
 
@@ -441,7 +439,7 @@ class Report(NamedTuple):
 
 def analyze(
     scores: SampledScores,
-    hard: estimators.Hardness,
+    hard: Hardness,
     n,
     k,
     truncation: law.Truncation = "smooth",
@@ -451,7 +449,7 @@ def analyze(
 
     Counted positives get the nested-count covariance, tail-priced ones the tail-fit covariance
     (their two groups are treated as independent). The tail parts need the plug-in fit's
-    parameters that `hardness.evt` puts in `hard.info`, and are computed only when that fit
+    parameters that `evt.evt` puts in `hard.info`, and are computed only when that fit
     reproduces the tail-priced hardness (so not for `evt_averaged`; see `Report.tail`).
     """
     dtype = jnp.result_type(float)

@@ -1,14 +1,15 @@
-"""The paper's curve-fit baselines: extrapolate measured mAP@k-versus-gallery-size to N.
+"""The baselines a prediction is reported beside: evaluate-at-S and the paper's curve fits.
 
-Measure the exact mAP@k of nested sub-samples of the sample (S/8, S/4, S/2, S: evaluate-at-n
-on each, `budget.nested_subsamples`) and extrapolate the curve to the target N with
+- evaluate-at-S (`at_sample_ap`): the exact mAP@k of the sampled gallery itself, an upper bound
+  on the full gallery's (mAP@k never increases with N).
+- curve fits (`extrapolate`): the exact mAP@k of nested sub-samples of the sample (S/8, S/4,
+  S/2, S: evaluate-at-n on each, `budget.nested_subsamples`) extrapolated to the target N with a
+  power law, mAP(n) = a n^-b (a straight line in log mAP versus log n), or a
+  log-uniform-hardness law, mAP(n) = a - b log n (the logarithmic decay that log-uniform
+  hardness implies, paper Sec. 3), clipped to [0, 1]. Both are least-squares fits. The paper
+  reports they do no better than counting (Sec. 5); the validate job shows it on known truth.
 
-- a power law, mAP(n) = a n^-b (a straight line in log mAP versus log n), and
-- a log-uniform-hardness law, mAP(n) = a - b log n (the logarithmic decay that log-uniform
-  hardness implies, paper Sec. 3), clipped to [0, 1].
-
-Both are least-squares fits. The paper reports they do no better than counting (Sec. 5); the
-validate job shows it on known truth. Shapes: G measured sizes.
+Shapes: Q queries, G measured sizes.
 """
 
 import numpy as np
@@ -19,11 +20,16 @@ from tailaware.io.scores import SampledScores
 MODELS = ("power_law", "log_uniform")
 
 
-def at_sample_map(scores: SampledScores, k: int) -> float:
-    """Returns the exact mAP@k of a sampled gallery itself (evaluate-at-S)."""
+def at_sample_ap(scores: SampledScores, k: int) -> np.ndarray:
+    """Returns the exact AP@k [Q] of the sampled gallery itself (evaluate-at-S)."""
     mask = scores.mask
     counts = np.where(mask, scores.pos_counts + scores.fixed_counts, -1)
-    return float(metrics.ap_at_k_from_counts(counts, mask, k).mean())
+    return metrics.ap_at_k_from_counts(counts, mask, k)
+
+
+def at_sample_map(scores: SampledScores, k: int) -> float:
+    """Returns the exact mAP@k of the sampled gallery itself (evaluate-at-S)."""
+    return float(at_sample_ap(scores, k).mean())
 
 
 def fit(sizes, values, model: str) -> tuple[float, float]:

@@ -1,0 +1,251 @@
+"""The typed results that travel between the layers (JSON only at the job boundary).
+
+- `Hardness`: an estimator's per-positive hardness (and its posterior, reruns and prior terms),
+  from `tailaware.tail` to the law and the protocol.
+- `Prediction` (with its `Interval` of `Bounds`, `Curve`, `OtherMetrics` and `Diagnostics` of
+  `Budget` and `Drift`): a predicted mAP@k, from `tailaware.protocol` to the jobs, which write
+  it as prediction.json (`tailaware.protocol.schema`).
+- `Comparison`: two systems compared on the same queries.
+
+Shapes: Q queries, P positive slots (padded; `mask`), A atoms of a hardness posterior, F
+threshold reruns, T other priors.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Hardness(NamedTuple):
+    """Per-positive hardness with its provenance.
+
+    Attributes:
+      x: [Q, P] float64 hardness in [0, 1]; 0 at padding.
+      mask: [Q, P] bool, real positives.
+      tail_priced: [Q, P] bool, positives priced by a fitted tail rather than by the count.
+      info: per-query diagnostics, name -> [Q] array.
+      atoms: None, or [Q, P, A] float64 atoms of a posterior over each positive's hardness
+        (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
+      weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
+      reruns: the estimate rerun at other tail thresholds, when asked for
+        (`tailaware.tail.evt.estimate`); empty otherwise.
+      prior_weights: None, or [T, Q, A] the weights of `atoms` under other priors on the tail
+        shape (`tailaware.tail.evt.prior_weights`), asked for with the reruns.
+    """
+
+    x: np.ndarray
+    mask: np.ndarray
+    tail_priced: np.ndarray
+    info: dict
+    atoms: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    reruns: tuple = ()
+    prior_weights: np.ndarray | None = None
+
+
+class Bounds(NamedTuple):
+    """One level's intervals, each (lo, hi) within the metric's range.
+
+    Attributes:
+      reported: the interval the prediction reports: `sampling` widened by the tail model's own
+        error (`Interval.sd_model`).
+      sampling: the sampling interval: `query` widened by the distractor sample's noise (nested
+        bootstrap), or `query` itself without it.
+      query: the query bootstrap's percentile interval.
+      distractor: the distractor sample's part alone; None without a distractor term.
+    """
+
+    reported: tuple[float, float]
+    sampling: tuple[float, float]
+    query: tuple[float, float]
+    distractor: tuple[float, float] | None = None
+
+
+class Interval(NamedTuple):
+    """The reported uncertainty of a predicted mAP@k at one gallery size.
+
+    Attributes:
+      method: "nested" (queries, distractor sample and refits) or "query" (queries alone).
+      sd_query: sd of the query-bootstrap replicates.
+      sd_distractor: the distractor sample's sd; None for a query interval.
+      sd_combined: sd of the nested replicates (queries and distractors); None without them.
+      threshold_deviation: how far the prediction moves when the tail threshold keeps half or
+        twice the excesses (0 without a tail model).
+      prior_deviation: how far it moves under a flatter or a steeper prior on the tail shape.
+      sd_model: the tail model's error, hypot(threshold_sd x threshold_deviation, prior_sd x
+        prior_deviation) (`IntervalSettings`).
+      ci90, ci95: the `Bounds` at 90% and 95%.
+      threshold_maps: the threshold reruns' mAP@k (half, twice the excesses), or None.
+      prior_maps: the prior reruns' mAP@k (flatter, steeper prior), or None.
+    """
+
+    method: str
+    sd_query: float
+    sd_distractor: float | None
+    sd_combined: float | None
+    threshold_deviation: float
+    prior_deviation: float
+    sd_model: float
+    ci90: Bounds
+    ci95: Bounds
+    threshold_maps: tuple[float, ...] | None = None
+    prior_maps: tuple[float, ...] | None = None
+
+
+class Curve(NamedTuple):
+    """Predicted mAP@k over gallery sizes, with its 90% band.
+
+    Attributes:
+      n: [G] gallery sizes, ascending.
+      map: [G] predicted mAP@k.
+      ci90: [G] reported 90% intervals (lo, hi).
+      sd_distractor: [G] the distractor sample's sd at each size, or None (no nested bootstrap).
+    """
+
+    n: tuple[float, ...]
+    map: tuple[float, ...]
+    ci90: tuple[tuple[float, float], ...]
+    sd_distractor: tuple[float, ...] | None = None
+
+
+class OtherMetrics(NamedTuple):
+    """recall@k and top-1 accuracy at the target through the same law (law predictions)."""
+
+    k: int
+    recall: float
+    top1: float
+
+
+class Budget(NamedTuple):
+    """The sufficient-budget verdict (paper App. D): predictions from nested sub-samples.
+
+    Attributes:
+      converged: the last doubling moved the prediction by no more than the query noise.
+      message: one line for the summary.
+      checked: False when the sample was too small to halve (`reason` says why).
+      sizes, predictions: the sub-sample sizes S / 2^L .. S and the prediction from each.
+      last_change: the last doubling's move of the prediction.
+      noise: the query noise it is held to.
+      needed_sample: the sample the trend of the moves needs (None if converged or unknown).
+      reason: why it was not checked.
+    """
+
+    converged: bool
+    message: str
+    checked: bool = True
+    sizes: tuple[int, ...] = ()
+    predictions: tuple[float, ...] = ()
+    last_change: float | None = None
+    noise: float | None = None
+    needed_sample: int | None = None
+    reason: str = ""
+
+
+class Drift(NamedTuple):
+    """The paired test of per-block predictions for a non-uniform sample (paper Sec. 4).
+
+    Attributes:
+      checked: whether it ran (it needs >= 2 id-hash block files; `reason` otherwise).
+      block_map: [B] each block's predicted mAP@k.
+      chi2, dof, p_value: the test statistic, its degrees of freedom and p-value.
+      flag: p < the test's level.
+      max_deviation: the largest |block mAP - mean|.
+      reason: why it did not run.
+    """
+
+    checked: bool
+    block_map: tuple[float, ...] = ()
+    chi2: float | None = None
+    dof: int | None = None
+    p_value: float | None = None
+    flag: bool = False
+    max_deviation: float | None = None
+    reason: str = ""
+
+
+class Diagnostics(NamedTuple):
+    """What a reader of a prediction should know besides the number.
+
+    Attributes:
+      summary: warnings and notes, one line each, the prediction's own line last.
+      budget: the sufficient-budget verdict (None from an artifact).
+      drift: the drift test (None from an artifact).
+      share_tail_priced: the share of positives the tail priced.
+      share_threshold_raised: the share of queries whose tail threshold was raised.
+    """
+
+    summary: tuple[str, ...]
+    budget: Budget | None = None
+    drift: Drift | None = None
+    share_tail_priced: float | None = None
+    share_threshold_raised: float | None = None
+
+
+class Prediction(NamedTuple):
+    """A predicted (or exactly measured) mAP@k at gallery size N: what prediction.json holds.
+
+    Attributes:
+      map: mAP@k (a fraction, not percent).
+      estimator: the estimator's name; "exact" for an exact evaluation.
+      n_target: N.
+      n_sample: S, the sampled distractors it came from.
+      k: the cut-off.
+      per_query_ap: [Q] AP@k of every query.
+      baselines: name -> mAP@k of the baselines from the same sample (evaluate-at-S, count,
+        homogeneous, power-law and log-uniform curve fits), in the order they are reported.
+      query_ids: [Q] or None.
+      share_tail_priced: the share of positives the tail priced (None for an exact evaluation).
+      interval: the reported uncertainty at N, or None (an exact evaluation).
+      curve: the prediction over N = 1e3..1e9, or None.
+      other_metrics: recall@k and top-1 at N, or None.
+      diagnostics: the summary and the checks, or None.
+      artifact: (path, metadata) of the hardness artifact it was predicted from, or None.
+      queries: which query set an ILIAS job scored ("image" or "text"), or None.
+    """
+
+    map: float
+    estimator: str
+    n_target: int
+    n_sample: int
+    k: int
+    per_query_ap: np.ndarray
+    baselines: dict
+    query_ids: np.ndarray | None = None
+    share_tail_priced: float | None = None
+    interval: Interval | None = None
+    curve: Curve | None = None
+    other_metrics: OtherMetrics | None = None
+    diagnostics: Diagnostics | None = None
+    artifact: tuple[str, dict] | None = None
+    queries: str | None = None
+
+
+class Comparison(NamedTuple):
+    """A paired comparison of two systems on the same queries at one N and k (A - B).
+
+    Attributes:
+      n_target, k: where they are compared.
+      map_a, map_b: each system's predicted mAP@k.
+      difference: mean AP difference A - B.
+      sd: its sd over the replicates (queries, both systems' distractor samples, tail models).
+      ci90, ci95: its intervals, within [-1, 1].
+      p_a_beats_b: the share of replicates with A > B.
+      resolvable_margin: the difference at which the 90% interval would just exclude 0.
+      resolved: the 90% interval excludes 0.
+      threshold_deviation, prior_deviation: how far A - B moves when both tails' thresholds or
+        priors do (a shift shared by both cancels).
+    """
+
+    n_target: int
+    k: int
+    map_a: float
+    map_b: float
+    difference: float
+    sd: float
+    ci90: tuple[float, float]
+    ci95: tuple[float, float]
+    p_a_beats_b: float
+    resolvable_margin: float
+    resolved: bool
+    threshold_deviation: float = 0.0
+    prior_deviation: float = 0.0

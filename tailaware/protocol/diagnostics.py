@@ -1,0 +1,136 @@
+"""The summary of a prediction: the warnings and notes a reader needs besides the number.
+
+`summary` returns the lines of prediction.json's `diagnostics.summary`, in order: the budget
+verdict when the sample is too small, a tail that could not be fitted (TAIL NOT FITTED), tails
+fitted too low in the sample to extrapolate far (SHALLOW TAIL), a prediction that moves with the
+tail threshold or the prior on the tail shape beyond the query noise (THRESHOLD SENSITIVE, PRIOR
+SENSITIVE), thresholds raised where the excesses are not GPD-shaped (THRESHOLD RAISED), a
+non-uniform sample (DRIFT), and last the prediction with its interval.
+"""
+
+import numpy as np
+
+from tailaware.core.results import Budget, Drift, Hardness, Interval
+
+# Above this exceedance rate of the tail threshold (n_u / S) the summary warns (`shallow_tail`).
+SHALLOW_RATE = 1e-3
+
+# The model terms' warnings: (`Interval` field, name, what moves, what it means).
+_SENSITIVE = (
+    (
+        "threshold_deviation",
+        "THRESHOLD SENSITIVE",
+        "when the tail threshold keeps half or twice the excesses",
+        "the tail model is unsettled here: sample more distractors",
+    ),
+    (
+        "prior_deviation",
+        "PRIOR SENSITIVE",
+        "under a flatter or a steeper prior on the tail shape",
+        "the sample leaves the tails' shape beyond it to the prior: sample more distractors, or "
+        "predict at a smaller N",
+    ),
+)
+
+
+def shallow_tail(hardness: Hardness, n_sample: int, n_target: int) -> str:
+    """Returns a warning when the tails are fitted too low in the sample to extrapolate far.
+
+    The threshold's exceedance rate n_u / S (median over queries) above `SHALLOW_RATE` means
+    the "tail" is the top tenth of a percent of the sample or more: a GPD there is a poor
+    model of the decades beyond it (on the simulator, S = 50k for N = 10^8 errs by 0.03-0.1).
+    """
+    info = hardness.info
+    if "n_exceed" not in info or n_target <= n_sample:
+        return ""
+    rate = float(np.median(info["n_exceed"])) / float(n_sample)
+    if rate <= SHALLOW_RATE:
+        return ""
+    return (
+        f"SHALLOW TAIL: the tails are fitted to the top {rate:.2%} of the sample (median n_u / S) "
+        f"and extrapolated to 1 / N = {1.0 / n_target:.0e}; predictions from thresholds this low "
+        "are biased by several points on simulated laws: sample more distractors"
+    )
+
+
+def raised_thresholds(hardness: Hardness) -> tuple[float, str]:
+    """Returns the share of queries whose tail threshold was raised, and a note when any was.
+
+    `evt_averaged` raises a query's threshold where its excesses over the default one fail a
+    goodness-of-fit test for the GPD (`evt.select_threshold`), e.g. a near-duplicate cluster far
+    above the rest of the excesses.
+    """
+    info = hardness.info
+    if "n_exceed_selected" not in info:
+        return 0.0, ""
+    raised = np.asarray(info["n_exceed_selected"]) < np.asarray(info["n_exceed"])
+    if not raised.any():
+        return 0.0, ""
+    return float(raised.mean()), (
+        f"THRESHOLD RAISED for {int(raised.sum())} of {raised.size} queries: their excesses over "
+        "the default threshold are not GPD-shaped (e.g. a near-duplicate cluster above the rest); "
+        "their tails are fitted to the top half or quarter"
+    )
+
+
+def model_sensitive(interval: Interval, k: int) -> list[str]:
+    """Returns warnings when the prediction moves with the tail threshold or with the prior on
+    the tail shape beyond query noise.
+
+    The interval already includes the moves; the warnings say why it is wide and what would
+    narrow it.
+    """
+    sd_q = interval.sd_query
+    return [
+        f"{name}: mAP@{k} moves by {getattr(interval, key):.4f} {how}, more than the query noise "
+        f"(sd {sd_q:.4f}); the interval includes it, but {why}"
+        for key, name, how, why in _SENSITIVE
+        if getattr(interval, key) > sd_q
+    ]
+
+
+def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
+    """Returns the summary's last line: the prediction and its interval."""
+    lo, hi = interval.ci90.reported
+    return (
+        f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{lo:.4f}, {hi:.4f}] ({interval.method} "
+        f"bootstrap, widened by the tail model's sensitivity to its threshold, "
+        f"{interval.threshold_deviation:.4f}, and to the prior on its shape, "
+        f"{interval.prior_deviation:.4f})"
+    )
+
+
+def summary(
+    point: float,
+    interval: Interval,
+    hardness: Hardness,
+    budget: Budget,
+    drift: Drift,
+    k: int,
+    n_sample: int,
+    n_target: int,
+) -> tuple[tuple[str, ...], float]:
+    """Returns (the summary lines, the share of queries whose threshold was raised)."""
+    num_queries = hardness.mask.shape[0]
+    lines = [budget.message] if not budget.converged else []
+    fitted = hardness.info.get("fitted")  # tail-aware estimators only
+    unfitted = 0 if fitted is None else int(np.sum(~fitted))
+    if unfitted:
+        lines.append(
+            f"TAIL NOT FITTED for {unfitted} of {num_queries} queries (no stored score "
+            "above the threshold: ties or too few scores); their positives are priced by counts"
+        )
+    shallow = shallow_tail(hardness, n_sample, n_target)
+    if shallow:
+        lines.append(shallow)
+    lines += model_sensitive(interval, k)
+    raised, note = raised_thresholds(hardness)
+    if note:
+        lines.append(note)
+    if drift.flag:
+        lines.append(
+            f"DRIFT: block predictions differ beyond sampling noise (p = {drift.p_value:.1e}); "
+            "the sample is not uniform, the law's prediction is not reliable"
+        )
+    lines.append(headline(point, interval, k, n_target))
+    return tuple(lines), raised

@@ -1,0 +1,206 @@
+"""The reported interval of a predicted mAP@k: query bootstrap, distractor term, model terms.
+
+Three sources of uncertainty (paper Sec. 4-5, App. C-D):
+
+* queries: the benchmark's queries are a sample of possible queries. The query bootstrap
+  resamples the per-query AP vector (`query_bootstrap`): B replicates are one gather and a mean.
+* the distractor sample: the S sampled distractors are a sample of the pool, and the tail fits
+  inherit their noise (`nested.nested_bootstrap`, or a stored sd).
+* the tail model itself: how far the prediction moves when the tail threshold keeps half or
+  twice the excesses, and under a flatter or a steeper prior on the tail shape; no resampling of
+  the data sees it (`IntervalSettings`).
+
+`intervals` combines them at one gallery size into an `Interval`; `size_intervals` at every
+size of a prediction's curve.
+
+Shapes: Q queries, B replicates, G gallery sizes, F threshold reruns, T other priors.
+"""
+
+import statistics
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tailaware.core.results import Bounds, Interval
+from tailaware.protocol.settings import IntervalSettings
+
+LEVELS = (0.90, 0.95)
+
+
+def percentile_interval(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
+    """Returns the [lo, hi] percentile interval of `samples` along `axis` (numpy)."""
+    a = (1.0 - level) / 2.0
+    return np.quantile(samples, [a, 1.0 - a], axis=axis)
+
+
+@jax.jit
+def _query_means(weights, aps):
+    return jnp.tensordot(aps, weights, axes=([-1], [1]))  # [..., B]
+
+
+def resample_weights(num_queries: int, num_replicates: int, seed: int = 0) -> np.ndarray:
+    """Returns [B, Q] float32 bootstrap weights: how often each query is drawn, divided by Q.
+
+    The draws are numpy's (seeded, a few milliseconds); a replicate's mean is then one row of a
+    matrix product, so all B replicates are one small jitted contraction that compiles in
+    milliseconds (drawing the indices with `jax.random` cost ~0.8 s of compilation).
+    """
+    q, b = int(num_queries), int(num_replicates)
+    idx = np.random.default_rng(seed).integers(0, q, (b, q))
+    counts = np.bincount((idx + q * np.arange(b)[:, None]).ravel(), minlength=b * q)
+    return (counts.reshape(b, q) / q).astype(np.float32)
+
+
+def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarray:
+    """Returns bootstrap replicates of mean AP over resampled queries.
+
+    Args:
+      aps: [Q] or [G, Q] per-query AP (one row per gallery size; all rows share the resampled
+        query sets, so a band over sizes is coherent).
+      num_replicates: B.
+      seed: seed of the resampling.
+
+    Returns:
+      [B] or [G, B] float64 replicates of mAP.
+    """
+    aps = jnp.asarray(aps, jnp.float32)
+    weights = resample_weights(aps.shape[-1], num_replicates, seed)
+    out = _query_means(jnp.asarray(weights), aps)
+    return np.asarray(jax.device_get(out), np.float64)
+
+
+def sd_model(threshold_deviation, prior_deviation, settings: IntervalSettings) -> float:
+    """Returns the tail model's error as one sd: the two measured moves, scaled, in quadrature."""
+    return float(
+        np.hypot(
+            settings.threshold_sd * float(threshold_deviation),
+            settings.prior_sd * float(prior_deviation),
+        )
+    )
+
+
+def in_range(lo, hi, low=0.0) -> tuple[float, float]:
+    """Returns (lo, hi) cut to [low, 1]: the range of mAP@k, or of a difference of two (low =
+    -1); a normal widening can pass it."""
+    return float(max(lo, low)), float(min(hi, 1.0))
+
+
+def intervals(
+    point: float,
+    query_reps: np.ndarray,
+    settings: IntervalSettings,
+    nested: tuple[np.ndarray, np.ndarray] | None = None,
+    deviation=0.0,
+    sd_distractor: float | None = None,
+    prior_deviation=0.0,
+) -> Interval:
+    """Returns the reported `Interval` at one gallery size.
+
+    The reported interval is the sampling interval widened by the tail model's own error. The
+    sampling interval is the nested one (queries, distractors and fits) when the nested
+    replicates exist, else the query interval; the nested interval is the query-bootstrap
+    percentile interval widened in quadrature by the distractor replicates' variance (the two
+    sources are independent; the quadrature keeps the 1000 cheap query replicates' tails rather
+    than the percentiles of ~200 nested ones). The model term: a normal error of sd
+    `sd_model(deviation, prior_deviation)`, added in quadrature on each side. Every interval is
+    cut to [0, 1].
+
+    Args:
+      point: the prediction.
+      query_reps: [B] query-bootstrap replicates.
+      settings: the model terms' factors.
+      nested: None or (distractor [B'], combined [B']) replicates at this size
+        (`nested.Nested.at`).
+      deviation: how far the prediction moves when the tail threshold does; 0 for estimators
+        without a tail model.
+      sd_distractor: the distractor replicates' sd where only it is known (a hardness artifact
+        stores it): it widens the query interval as the replicates would, and the distractor
+        interval is normal. Ignored when `nested` is given.
+      prior_deviation: how far the prediction moves under other priors on the tail shape; 0
+        without a tail posterior.
+    """
+    widen = nested is not None or sd_distractor is not None
+    sd_q = float(np.std(query_reps, ddof=1))
+    sd_d, sd_combined = 0.0, None
+    if nested is not None:
+        sd_d = float(np.std(nested[0], ddof=1))
+        sd_combined = float(np.std(nested[1], ddof=1))
+    elif sd_distractor is not None:
+        sd_d = float(sd_distractor)
+    sd_m = sd_model(deviation, prior_deviation, settings)
+    bounds = []
+    for level in LEVELS:
+        lo, hi = percentile_interval(query_reps, level)
+        query = in_range(lo, hi)
+        z = statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
+        distractor = None
+        if nested is not None:
+            dlo, dhi = percentile_interval(nested[0], level)
+            center = float(np.mean(nested[0]))
+            distractor = in_range(point + dlo - center, point + dhi - center)
+        elif widen:
+            distractor = in_range(point - z * sd_d, point + z * sd_d)
+        if widen:
+            grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
+            lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
+        sampling = in_range(lo, hi)
+        lo, hi = point - np.hypot(point - lo, z * sd_m), point + np.hypot(hi - point, z * sd_m)
+        bounds.append(Bounds(in_range(lo, hi), sampling, query, distractor))
+    return Interval(
+        method="nested" if widen else "query",
+        sd_query=sd_q,
+        sd_distractor=sd_d if widen else None,
+        sd_combined=sd_combined,
+        threshold_deviation=float(deviation),
+        prior_deviation=float(prior_deviation),
+        sd_model=sd_m,
+        ci90=bounds[0],
+        ci95=bounds[1],
+    )
+
+
+def deviation(maps, points) -> np.ndarray:
+    """Returns [G] the largest distance of reruns' mAP@k `maps` [F, G] from `points` [G] (0 when
+    `maps` is None): how far the prediction moves with the tail model."""
+    points = np.asarray(points, np.float64)
+    return np.zeros_like(points) if maps is None else np.max(np.abs(maps - points), axis=0)
+
+
+def size_intervals(
+    aps,
+    settings: IntervalSettings,
+    query_replicates: int,
+    seed: int,
+    maps=None,
+    nested=None,
+    sd_distractor=None,
+    priors=None,
+) -> list[Interval]:
+    """Returns the `Interval` at each gallery size of a prediction.
+
+    Args:
+      aps: [G, Q] predicted AP@k per size and query (the query bootstrap resamples its columns).
+      settings: the model terms' factors.
+      query_replicates, seed: the query bootstrap's B and seed.
+      maps: [F, G] the threshold reruns' mAP@k, or None.
+      nested: `nested.Nested` replicates at the G sizes, or None.
+      sd_distractor: [G] the distractor replicates' sds where only they are known (an
+        artifact's), or None.
+      priors: [T, G] the estimate's mAP@k under other priors on the tail shape, or None.
+
+    Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' mAP at its size
+    (half, twice the excesses; flatter, steeper prior), which a comparison pairs across two
+    systems; None without them.
+    """
+    points = aps.mean(axis=1)
+    query_reps = query_bootstrap(aps, int(query_replicates), int(seed))
+    dev, dev_prior = deviation(maps, points), deviation(priors, points)
+    listed = lambda a, g: None if a is None else tuple(float(v) for v in a[:, g])
+    out = []
+    for g in range(len(points)):
+        nest = None if nested is None else nested.at(g)
+        sd = None if sd_distractor is None else float(sd_distractor[g])
+        unc = intervals(float(points[g]), query_reps[g], settings, nest, dev[g], sd, dev_prior[g])
+        out.append(unc._replace(threshold_maps=listed(maps, g), prior_maps=listed(priors, g)))
+    return out

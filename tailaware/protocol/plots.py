@@ -1,0 +1,99 @@
+"""The figures the jobs write: a prediction's curve, the demo's mAP-versus-N, the validation's.
+
+Each builds a `matplotlib.figure.Figure` (no pyplot, so a notebook's backend is left alone) and
+writes it atomically as PNG.
+"""
+
+import os
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from tailaware.core.results import Prediction
+from tailaware.io import atomic
+
+
+def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
+    """Writes a PNG of the predicted mAP@k curve with its 90% band and the target point."""
+    curve = p.curve
+    band = np.asarray(curve.ci90)
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    ax.fill_between(curve.n, band[:, 0], band[:, 1], alpha=0.25, label="90% band")
+    ax.plot(curve.n, curve.map, "-", label=f"{p.estimator} (predicted)")
+    lo, hi = p.interval.ci90.reported
+    err = [[p.map - lo], [hi - p.map]]
+    ax.errorbar([p.n_target], [p.map], err, fmt="ko", capsize=3, label="target N")
+    ax.axvline(p.n_sample, color="grey", ls=":", label="sample size S")
+    ax.set_xscale("log")
+    ax.set_xlabel("gallery size N (distractors)")
+    ax.set_ylabel(f"mAP@{p.k}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic.save_figure(fig, path)
+
+
+def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
+    """Writes a PNG of mAP@k versus gallery size: the truth, predictions and evaluate-at-S.
+
+    Args:
+      path: the PNG to write.
+      truth: (sizes, mAP@k) measured on the full galleries.
+      predicted: (grid, {estimator: mAP@k on the grid}) from the sample alone.
+      at_sample: (S, mAP@k measured on the sample).
+      k: the cut-off, for the label.
+    """
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    ax.plot(*truth, "ko", label="truth (full gallery)", zorder=5)
+    grid, curves = predicted
+    for name, values in curves.items():
+        ax.plot(grid, values, "-", label=f"{name} (from sample)")
+    ax.plot([at_sample[0]], [at_sample[1]], "r^", label="evaluate-at-S")
+    ax.set_xscale("log")
+    ax.set_xlabel("gallery size N (distractors)")
+    ax.set_ylabel(f"mAP@{k}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic.save_figure(fig, path)
+
+
+def validation(workdir: str, results: dict, estimator: str) -> None:
+    """Writes the validation's error box plots and per-positive calibration scatter
+    (`validation_errors.png`, `validation_calibration.png`) from its results."""
+    cells = list(results["cells"])
+    fig = Figure(figsize=(6 * len(cells), 4.5))
+    axes = fig.subplots(1, len(cells), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        raw = results["raw"][cell]
+        names = [n for n in raw[next(iter(raw))][0]["predictions"]]
+        pos = 0
+        for f, draws in raw.items():
+            truth = np.array([d["truth"] for d in draws])
+            errs = [np.array([d["predictions"][n] for d in draws]) - truth for n in names]
+            ax.boxplot(errs, positions=pos + np.arange(len(names)), widths=0.6)
+            ax.text(pos + len(names) / 2, ax.get_ylim()[1], f"f={f}", ha="center", va="bottom")
+            pos += len(names) + 1
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(np.arange(pos))
+        ax.set_xticklabels([*(names + [""]) * len(raw)][:pos], rotation=90, fontsize=7)
+        ax.set_ylabel(f"predicted - true mAP@{results['k']}")
+        ax.set_title(cell)
+    fig.tight_layout()
+    atomic.save_figure(fig, os.path.join(workdir, "validation_errors.png"), dpi=100)
+
+    fig = Figure(figsize=(5 * len(cells), 4.5))
+    axes = fig.subplots(1, len(cells), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        pts = results["scatter"].get(cell)
+        if pts:
+            ax.loglog(pts["true"], np.maximum(pts["est"], 1e-14), ".", ms=2, alpha=0.4)
+            lim = [1e-14, 1e-1]
+            ax.plot(lim, lim, "k-", lw=0.8)
+        ax.set_xlabel("true hardness x")
+        ax.set_ylabel(f"estimated x ({estimator}; 0 drawn at 1e-14)")
+        ax.set_title(f"{cell}, f={results['fractions'][-1]}")
+    fig.tight_layout()
+    atomic.save_figure(fig, os.path.join(workdir, "validation_calibration.png"), dpi=100)

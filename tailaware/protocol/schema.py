@@ -1,0 +1,244 @@
+"""prediction.json and comparison.json: the typed results written as JSON, in one place.
+
+`prediction_json` is the public layout of prediction.json (docs/outputs.md lists its fields);
+`prediction_from_json` reads back what a comparison needs. `format_table` is the plain-text
+table the predict job prints.
+"""
+
+import numpy as np
+
+from tailaware.core.results import (
+    Bounds,
+    Budget,
+    Comparison,
+    Curve,
+    Diagnostics,
+    Drift,
+    Interval,
+    Prediction,
+)
+
+_OTHER_METRICS_NOTE = (
+    "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
+    "P(no distractor above the best positive) = exp(-N x)"
+)
+
+
+def _pair(bounds) -> list[float]:
+    return [float(bounds[0]), float(bounds[1])]
+
+
+def interval_json(interval: Interval) -> dict:
+    """Returns prediction.json's `uncertainty`: the interval and every part it is built from."""
+    out = {"ci_method": interval.method, "sd_query": interval.sd_query}
+    if interval.sd_combined is not None:
+        out["sd_combined"] = interval.sd_combined
+    if interval.sd_distractor is not None:
+        out["sd_distractor"] = interval.sd_distractor
+    out["threshold_deviation"] = interval.threshold_deviation
+    out["prior_deviation"] = interval.prior_deviation
+    out["sd_model"] = interval.sd_model
+    for tag, b in (("ci90", interval.ci90), ("ci95", interval.ci95)):
+        out[f"{tag}_query"] = _pair(b.query)
+        if b.distractor is not None:
+            out[f"{tag}_distractor"] = _pair(b.distractor)
+        out[f"{tag}_sampling"] = _pair(b.sampling)
+        out[tag] = _pair(b.reported)
+    listed = lambda a: None if a is None else [float(v) for v in a]
+    out["threshold_maps"] = listed(interval.threshold_maps)
+    out["prior_maps"] = listed(interval.prior_maps)
+    return out
+
+
+def _curve_json(curve: Curve) -> dict:
+    out = {
+        "n": [float(v) for v in curve.n],
+        "map": [float(v) for v in curve.map],
+        "ci90": [_pair(b) for b in curve.ci90],
+    }
+    if curve.sd_distractor is not None:
+        out["sd_distractor"] = [float(v) for v in curve.sd_distractor]
+    return out
+
+
+def _budget_json(b: Budget) -> dict:
+    if not b.checked:
+        return {
+            "converged": b.converged,
+            "checked": False,
+            "message": b.message,
+            "reason": b.reason,
+        }
+    return {
+        "sizes": list(b.sizes),
+        "predictions": list(b.predictions),
+        "last_change": b.last_change,
+        "noise": b.noise,
+        "converged": b.converged,
+        "needed_sample": b.needed_sample,
+        "message": b.message,
+    }
+
+
+def _drift_json(d: Drift) -> dict:
+    if not d.checked:
+        return {"checked": False, "reason": d.reason}
+    return {
+        "block_map": list(d.block_map),
+        "chi2": d.chi2,
+        "dof": d.dof,
+        "p_value": d.p_value,
+        "flag": d.flag,
+        "max_deviation": d.max_deviation,
+        "checked": True,
+    }
+
+
+def _diagnostics_json(d: Diagnostics) -> dict:
+    out = {"summary": list(d.summary)}
+    if d.budget is not None:
+        out["budget"] = _budget_json(d.budget)
+    if d.drift is not None:
+        out["drift"] = _drift_json(d.drift)
+    if d.share_tail_priced is not None:
+        out["share_tail_priced"] = d.share_tail_priced
+    if d.share_threshold_raised is not None:
+        out["share_threshold_raised"] = d.share_threshold_raised
+    return out
+
+
+def prediction_json(p: Prediction) -> dict:
+    """Returns the prediction.json object of a `Prediction` (JSON types only)."""
+    out = {
+        "map": float(p.map),
+        "estimator": p.estimator,
+        "n_target": int(p.n_target),
+        "n_sample": int(p.n_sample),
+        "k": int(p.k),
+        "num_queries": int(len(p.per_query_ap)),
+        "per_query_ap": [float(a) for a in p.per_query_ap],
+        "baselines": {name: _number(v) for name, v in p.baselines.items()},
+    }
+    if p.share_tail_priced is not None:
+        out["share_tail_priced"] = float(p.share_tail_priced)
+    if p.query_ids is not None:
+        out["query_ids"] = [str(q) for q in p.query_ids]
+    if p.interval is not None:
+        out["ci90"] = _pair(p.interval.ci90.reported)
+        out["ci95"] = _pair(p.interval.ci95.reported)
+        out["uncertainty"] = interval_json(p.interval)
+    if p.curve is not None:
+        out["curve"] = _curve_json(p.curve)
+    if p.other_metrics is not None:
+        m = p.other_metrics
+        out["other_metrics"] = {
+            f"recall@{m.k}": m.recall,
+            "top1": m.top1,
+            "note": _OTHER_METRICS_NOTE,
+        }
+    if p.diagnostics is not None:
+        out["diagnostics"] = _diagnostics_json(p.diagnostics)
+    if p.artifact is not None:
+        out["artifact"] = {"path": p.artifact[0], "metadata": p.artifact[1]}
+    if p.queries is not None:
+        out["queries"] = p.queries
+    return out
+
+
+def _number(v):
+    return np.asarray(v, np.float64).tolist()
+
+
+def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction:
+    """Returns the `Prediction` of a prediction.json object, as far as a comparison needs it:
+    the point, per-query AP, query ids, and the interval's distractor sd and model reruns.
+
+    Raises:
+      ValueError: naming `source` and the missing field.
+    """
+    for field in ("map", "estimator", "n_target", "n_sample", "k", "per_query_ap"):
+        if field not in d:
+            raise ValueError(f"{source}: field {field!r}: missing")
+    unc = d.get("uncertainty")
+    interval = None
+    if unc is not None:
+        maps = lambda name: None if unc.get(name) is None else tuple(unc[name])
+        interval = Interval(
+            method=unc.get("ci_method", "query"),
+            sd_query=float(unc.get("sd_query", 0.0)),
+            sd_distractor=unc.get("sd_distractor"),
+            sd_combined=unc.get("sd_combined"),
+            threshold_deviation=float(unc.get("threshold_deviation", 0.0)),
+            prior_deviation=float(unc.get("prior_deviation", 0.0)),
+            sd_model=float(unc.get("sd_model", 0.0)),
+            ci90=_bounds(d, "ci90"),
+            ci95=_bounds(d, "ci95"),
+            threshold_maps=maps("threshold_maps"),
+            prior_maps=maps("prior_maps"),
+        )
+    ids = d.get("query_ids")
+    return Prediction(
+        map=float(d["map"]),
+        estimator=str(d["estimator"]),
+        n_target=int(d["n_target"]),
+        n_sample=int(d["n_sample"]),
+        k=int(d["k"]),
+        per_query_ap=np.asarray(d["per_query_ap"], np.float64),
+        baselines=dict(d.get("baselines", {})),
+        query_ids=None if ids is None else np.asarray(ids),
+        interval=interval,
+    )
+
+
+def _bounds(d: dict, tag: str) -> Bounds:
+    """The reported interval at `tag`; its parts are not read back (a comparison needs none)."""
+    unc = d["uncertainty"]
+    pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
+    return Bounds(
+        tuple(d.get(tag, (np.nan, np.nan))),
+        pair(f"{tag}_sampling"),
+        pair(f"{tag}_query"),
+        tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None,
+    )
+
+
+def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
+    """Returns the comparison.json object of a `Comparison` of prediction files `a` and `b`."""
+    out = {
+        "n_target": int(c.n_target),
+        "k": int(c.k),
+        "map_a": float(c.map_a),
+        "map_b": float(c.map_b),
+        "difference": c.difference,
+        "sd": c.sd,
+        "ci90": _pair(c.ci90),
+        "ci95": _pair(c.ci95),
+        "p_a_beats_b": c.p_a_beats_b,
+        "resolvable_margin": c.resolvable_margin,
+        "resolved": c.resolved,
+        "threshold_deviation": c.threshold_deviation,
+        "prior_deviation": c.prior_deviation,
+    }
+    if a or b:
+        out["a"], out["b"] = a, b
+    return out
+
+
+def format_table(p: Prediction) -> str:
+    """Returns a plain-text table of a prediction and its baselines (warnings first)."""
+    k, n = p.k, p.n_target
+    warnings = list(p.diagnostics.summary[:-1]) if p.diagnostics is not None else []
+    lines = [
+        *warnings,
+        f"mAP@{k} at N = {n:,} from S = {p.n_sample:,} sampled distractors "
+        f"({len(p.per_query_ap)} queries)",
+        f"  {'estimator':<22}{'mAP@' + str(k):>10}",
+        f"  {p.estimator + ' (prediction)':<22}{p.map:>10.4f}",
+    ]
+    if p.interval is not None:
+        lo, hi = p.interval.ci90.reported
+        lines[-1] += f"   90% CI [{lo:.4f}, {hi:.4f}]"
+    for name, value in p.baselines.items():
+        label = {"at_sample": "evaluate-at-S", "count": "count (K/S)"}.get(name, name)
+        lines.append(f"  {label:<22}{float(value):>10.4f}")
+    return "\n".join(lines)
