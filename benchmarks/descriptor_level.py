@@ -11,7 +11,7 @@ the full pool and at a quarter of it, and an id-hash sample of each fraction, ne
 predicts mAP@k at both sizes from each sample: the mean error (prediction minus truth) and the
 mean absolute error of `evt_averaged`, `evt`, `count` and evaluate-at-S over the benchmarks,
 and how often the 90% interval of `evt_averaged` without its nested bootstrap (the query
-bootstrap widened by the threshold and prior terms, `protocol.size_intervals`; in brackets the
+bootstrap widened by the threshold and prior terms, `intervals.size_intervals`; in brackets the
 query interval alone) held the truth at the full pool.
 
 Command (2 CPU cores; 40-80 s per benchmark, 12 at the defaults, about 15 minutes):
@@ -29,10 +29,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from tailaware.jobs import demo, predict  # noqa: E402
-from tailaware.protocol import augment as protocol
-from tailaware.sim import synthetic
-from tailaware.tail import estimators
+from tailaware.core import metrics  # noqa: E402
+from tailaware.protocol import baselines, intervals, prediction  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
+from tailaware.sim import synthetic  # noqa: E402
+from tailaware.tail import estimators  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 COLUMNS = (*ESTIMATORS, "at_sample")
@@ -51,25 +52,33 @@ def _parse():
     return p.parse_args()
 
 
-def cell(scores, truth: dict, config) -> dict:
+def cell(scores, truth: dict, settings: PredictSettings) -> dict:
     """Returns each estimator's error at every size of `truth` ({N: mAP}) and, at the largest
     N, whether the 90% interval of `evt_averaged` (and its query interval alone) held the truth."""
-    k = int(config.k)
+    k = settings.k
     sizes = sorted(truth)
     row = {}
     for name in ESTIMATORS:
         averaged = name == "evt_averaged"  # with its threshold reruns, for the interval
-        h = protocol.estimate(scores, config) if averaged else estimators.get(name)(scores, config)
-        aps, priors = protocol.prior_maps(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
+        h = (
+            prediction.estimate(scores, settings)
+            if averaged
+            else estimators.get(name)(scores, settings.tail)
+        )
+        aps, priors = prediction.prior_maps(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
         for n, a in zip(sizes, aps, strict=True):
             row[f"{name}@{n}"] = float(a.mean()) - truth[n]
         if averaged:  # the reported interval at the largest N, without the nested bootstrap
-            maps = protocol.threshold_maps(scores, config, sizes, h)
-            unc = protocol.size_intervals(aps, protocol.settings(config), maps, priors=priors)[-1]
+            maps = prediction.threshold_maps(scores, settings, sizes, h)
+            opts = settings.protocol
+            unc = intervals.size_intervals(
+                aps, settings.intervals, opts.query_replicates, opts.seed, maps, priors=priors
+            )[-1]
             t = truth[sizes[-1]]
-            row["cover90"] = bool(unc["ci90"][0] <= t <= unc["ci90"][1])
-            row["cover90_query"] = bool(unc["ci90_query"][0] <= t <= unc["ci90_query"][1])
-    at_sample = float(predict.at_sample_ap(scores, k).mean())
+            lo, hi = unc.ci90.reported
+            row["cover90"] = bool(lo <= t <= hi)
+            row["cover90_query"] = bool(unc.ci90.query[0] <= t <= unc.ci90.query[1])
+    at_sample = baselines.at_sample_map(scores, k)
     for n in sizes:
         row[f"at_sample@{n}"] = at_sample - truth[n]
     return row
@@ -77,9 +86,8 @@ def cell(scores, truth: dict, config) -> dict:
 
 def main():
     args = _parse()
-    config = default.get_config()
-    config.k = args.k
-    d = config.demo
+    d = default.get_config().demo
+    settings = PredictSettings(k=args.k)
     sizes = [args.distractors // 4, args.distractors]
     rows = []
     print(f"error of mAP@{args.k} at N = {sizes[-1]:,} ({args.instances} queries per benchmark)")
@@ -98,12 +106,15 @@ def main():
                 seed,
             )
             for fraction in args.fractions:
-                counts, scores = demo.score(
-                    bench, sizes, fraction, config.evt.top_m, seed, progress=False
+                counts, scores = synthetic.score(
+                    bench, sizes, fraction, settings.tail.top_m, seed, progress=False
                 )
-                truth = {n: demo.true_map(counts[n], scores.fixed_counts, args.k) for n in sizes}
+                truth = {
+                    n: metrics.map_from_counts(counts[n], args.k, scores.fixed_counts)
+                    for n in sizes
+                }
                 row = {"dim": dim, "seed": seed, "fraction": fraction, "n_sample": scores.n_sample}
-                row |= {f"truth@{n}": t for n, t in truth.items()} | cell(scores, truth, config)
+                row |= {f"truth@{n}": t for n, t in truth.items()} | cell(scores, truth, settings)
                 rows.append(row)
                 errs = "".join(f"{row[f'{c}@{sizes[-1]}']:>+14.4f}" for c in COLUMNS)
                 print(

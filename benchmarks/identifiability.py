@@ -25,7 +25,7 @@ fractions, with the floor for the uncut Gaussian alone (a law as plausible as th
 straddle the floor by much more, the sample could have told the laws apart (TV near 1, e.g. c
 near 4.5 at 5%) and the estimator did not.
 
-Expected E[AP] from the true hardness (`validate.expected_aps`, the validation's Poisson oracle:
+Expected E[AP] from the true hardness (`validation.expected_aps`, the validation's Poisson oracle:
 within 0.0002 of the realized truth's mean there).
 
 Command (about two minutes on 2 cores):
@@ -42,10 +42,10 @@ import numpy as np
 from scipy import special
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from tailaware.jobs import predict, validate  # noqa: E402
-from tailaware.protocol import augment as protocol
-from tailaware.sim import simulate
+from tailaware.core import evaluate, metrics  # noqa: E402
+from tailaware.protocol import prediction, validation  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
+from tailaware.sim import simulate  # noqa: E402
 
 FRACTIONS = (0.0005, 0.01, 0.05)
 N_POOL = 100_000_000
@@ -81,11 +81,11 @@ def mass_above(bench: simulate.Benchmark, c_new: np.ndarray) -> np.ndarray:
 
 def floors(bench: simulate.Benchmark, k: int) -> dict:
     """Returns, per sample fraction, the truths and the floors on max(|bias_A|, |bias_B|)."""
-    ap_a = validate.expected_aps(bench, k)
+    ap_a = validation.expected_aps(bench, k)
     gaps, masses = [], []
     for raise_by in RAISES:
         c_new = raised(bench, raise_by)
-        gaps.append(ap_a - validate.expected_aps(cut_at(bench, c_new), k))
+        gaps.append(ap_a - validation.expected_aps(cut_at(bench, c_new), k))
         masses.append(mass_above(bench, c_new))
     gaps, masses = np.stack(gaps), np.stack(masses)  # [D, Q]
     out = {"map_cut": float(ap_a.mean()), "map_uncut": float(ap_a.mean() - gaps[-1].mean())}
@@ -99,21 +99,20 @@ def floors(bench: simulate.Benchmark, k: int) -> dict:
     return out
 
 
-def mean_error(bench: simulate.Benchmark, fraction: float, draws: int, config) -> float:
+def mean_error(bench: simulate.Benchmark, fraction: float, draws: int, settings) -> float:
     """Returns `evt_averaged`'s mean error of mAP@k against the realized truth over draws."""
-    errors = []
+    errors, k = [], settings.k
     for seed in range(draws):
-        d = simulate.draw(bench, fraction, int(config.evt.top_m), seed)
-        h = protocol.estimate(d.scores, config)  # as the validation estimates
-        aps = predict.per_query_ap(h, bench.n_pool, int(config.k), d.scores.fixed_counts, d.scores)
-        errors.append(float(aps.mean()) - simulate.true_map(d.truth_counts, int(config.k)))
+        d = simulate.draw(bench, fraction, int(settings.tail.top_m), seed)
+        h = prediction.estimate(d.scores, settings)  # as the validation estimates
+        aps = evaluate.per_query_ap(h, bench.n_pool, k, d.scores.fixed_counts, d.scores)
+        errors.append(float(aps.mean()) - metrics.map_from_counts(d.truth_counts, k))
     return float(np.mean(errors))
 
 
 def main():
     args = _parse()
-    config = default.get_config()
-    config.k = args.k
+    config = PredictSettings(k=args.k)
     results = {}
     print(
         f"truncnorm (cut at c sd) against the same Gaussians cut higher: mAP@{args.k} at N = "

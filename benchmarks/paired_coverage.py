@@ -2,9 +2,9 @@
 
 Two simulated systems on the same queries (`simulate.second_system`: system B's hardness is
 A's times a lognormal factor, against distractor laws of its own), each sampled independently
-at fraction f of an N = 10^8 pool, each predicted by the predict job (`predict.predict`: the
+at fraction f of an N = 10^8 pool, each predicted by the predict job (`prediction.predict`: the
 default estimator with its nested bootstrap, threshold reruns and prior reruns), compared by
-the compare job (`compare.predictions`). The truth is the difference of the two pools'
+the compare job (`comparison.compare`). The truth is the difference of the two pools'
 realized mAP@1000.
 
 Per cell (family, f) it prints the mean error of the predicted difference, the coverage of the
@@ -25,9 +25,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from tailaware.jobs import compare, predict  # noqa: E402
-from tailaware.sim import simulate
+from tailaware.core import metrics  # noqa: E402
+from tailaware.protocol import comparison, prediction  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
+from tailaware.sim import simulate  # noqa: E402
 
 N_POOL = 100_000_000
 K = 1000
@@ -48,15 +49,15 @@ def one_draw(bench_a, bench_b, fraction, seed, config) -> dict:
     preds, truths = [], []
     for i, bench in enumerate((bench_a, bench_b)):
         draw = simulate.draw(bench, fraction, 4000, seed=2 * seed + i)
-        preds.append(predict.predict(draw.scores, config, N_POOL))
-        truths.append(simulate.true_map(draw.truth_counts, K))
-    full = compare.predictions(*preds)
+        preds.append(prediction.predict(draw.scores, config, N_POOL))
+        truths.append(metrics.map_from_counts(draw.truth_counts, K))
+    full = comparison.compare(*preds)._asdict()
     a, b = preds
-    plain = compare.paired(
-        a["per_query_ap"],
-        b["per_query_ap"],
-        sd_distractor_a=a["uncertainty"].get("sd_distractor", 0.0),
-        sd_distractor_b=b["uncertainty"].get("sd_distractor", 0.0),
+    plain = comparison.paired(
+        a.per_query_ap,
+        b.per_query_ap,
+        sd_distractor_a=a.interval.sd_distractor or 0.0,
+        sd_distractor_b=b.interval.sd_distractor or 0.0,
     )
     truth = truths[0] - truths[1]
     inside = lambda ci: bool(ci[0] <= truth <= ci[1])
@@ -73,7 +74,7 @@ def one_draw(bench_a, bench_b, fraction, seed, config) -> dict:
 
 def main():
     args = _parse()
-    config = default.get_config()
+    config = PredictSettings()
     regime = simulate.REGIMES["paper"]
     cells = []
     print(

@@ -1,10 +1,10 @@
 """Wall time of the whole prediction protocol against a scipy/numpy loop doing the same work.
 
 The JAX side, in a fresh process so that compilation counts: the tail-aware estimate for every
-query with its reruns at half and twice the excesses (`protocol.estimate`: GPD fits, one
+query with its reruns at half and twice the excesses (`prediction.estimate`: GPD fits, one
 compiled program; `estimate_s`), mAP@k at the target N and on a 25-point curve from 10^3 to
 10^9 with 1,000 query-bootstrap replicates of every point (one jit call; `maps_s`), and the
-interval's model term (the threshold reruns' curves, `protocol.threshold_maps`: `threshold_s`;
+interval's model term (the threshold reruns' curves, `prediction.threshold_maps`: `threshold_s`;
 the curves under the other priors on the tail shape come with the E[AP] pass, `maps_s`).
 Optionally (`--nested`) the nested bootstrap too, reported separately. It runs twice, in two
 fresh processes sharing an empty persistent compilation cache (`tailaware.jobs.compilation_cache`,
@@ -59,28 +59,28 @@ def _sample(args):
 
 def jax_side(args) -> dict:
     """Runs the protocol with tailaware; returns timings (compilation included)."""
-    from configs import default
     from tailaware.jobs import compilation_cache
-    from tailaware.protocol import augment as protocol
-    from tailaware.protocol import bootstrap
+    from tailaware.protocol import intervals, nested, prediction
+    from tailaware.protocol.settings import PredictSettings
 
     compilation_cache.enable()  # the directory comes from TAILAWARE_JAX_CACHE (set by main)
     scores = _sample(args)
-    config = default.get_config()
-    config.estimator = args.estimator
+    settings = PredictSettings(estimator=args.estimator)
     t0 = time.perf_counter()
-    hardness = protocol.estimate(scores, config)  # with the threshold reruns
+    hardness = prediction.estimate(scores, settings)  # with the threshold reruns
     t1 = time.perf_counter()
     sizes = np.concatenate([[args.n_target], np.geomspace(1e3, 1e9, 25)])
     # With the mAP@k under the other priors on the tail shape, in the same pass (as the job).
-    aps, priors = protocol.prior_maps(hardness, sizes, 1000, scores.fixed_counts, scores)
-    bootstrap.query_bootstrap(aps, args.replicates)
+    aps, priors = prediction.prior_maps(hardness, sizes, 1000, scores.fixed_counts, scores)
+    intervals.query_bootstrap(aps, args.replicates)
     t2 = time.perf_counter()
-    maps = protocol.threshold_maps(scores, config, sizes, hardness)
+    maps = prediction.threshold_maps(scores, settings, sizes, hardness)
     t3 = time.perf_counter()
     at_n = lambda a: None if a is None else a[:, :1]
-    opts = {"query_replicates": args.replicates, "seed": 0}
-    ci90 = protocol.size_intervals(aps[:1], opts, at_n(maps), priors=at_n(priors))[0]["ci90"]
+    unc = intervals.size_intervals(
+        aps[:1], settings.intervals, args.replicates, 0, at_n(maps), priors=at_n(priors)
+    )[0]
+    ci90 = list(unc.ci90.reported)
     out = {
         "jax_s": time.perf_counter() - t0,
         "estimate_s": t1 - t0,
@@ -91,7 +91,7 @@ def jax_side(args) -> dict:
     out["ci90"] = ci90
     if args.nested:
         t1 = time.perf_counter()
-        bootstrap.nested_bootstrap(scores, args.estimator, config, sizes, args.nested)
+        nested.nested_bootstrap(scores, args.estimator, settings.tail, 1000, sizes, args.nested)
         out["nested_s"] = time.perf_counter() - t1
     return out
 

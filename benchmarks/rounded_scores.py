@@ -5,8 +5,8 @@ span only tens of steps, and a GPD fit reads the pile-up of equal values as a sh
 cell simulates a benchmark (`tailaware.sim.simulate`, N = 10^8), draws one sample, and predicts
 mAP@1000 from its float32 tail scores, from the same scores rounded to float16 as a file would
 hold them (`--positives` rounds the positives' scores too; `--step 0.001` rounds to a grid of
-0.001 instead) with `tailaware.tail.dequantize` switched off, and with it on (the default). Prints the
-error of each against the realized truth.
+0.001 instead) with `tailaware.tail.dequantize` switched off (`TailSettings(tie_share=inf)`),
+and with it on (the default). Prints the error of each against the realized truth.
 
 Command (2 CPU cores, about a minute):
   python benchmarks/rounded_scores.py --queries=500
@@ -21,11 +21,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from configs import default  # noqa: E402
-from tailaware.jobs import predict
-from tailaware.sim import simulate
-from tailaware.tail import dequantize  # noqa: E402
-from tailaware.tail import evt as hardness
+from tailaware.core import evaluate, metrics  # noqa: E402
+from tailaware.sim import simulate  # noqa: E402
+from tailaware.tail import evt  # noqa: E402
+from tailaware.tail.settings import TailSettings  # noqa: E402
 
 
 def _parse():
@@ -40,13 +39,11 @@ def _parse():
 
 def main():
     args = _parse()
-    config = default.get_config()
-    tie_share = dequantize.TIE_SHARE
 
     def error(scores, truth, spread=True):
-        dequantize.TIE_SHARE = tie_share if spread else np.inf
-        h = hardness.estimate(scores, config, "mean")
-        ap = predict.per_query_ap(h, 1e8, 1000, scores.fixed_counts, scores).mean()
+        settings = TailSettings() if spread else TailSettings(tie_share=np.inf)
+        h = evt.estimate(scores, settings, "mean")
+        ap = evaluate.per_query_ap(h, 1e8, 1000, scores.fixed_counts, scores).mean()
         return ap - truth
 
     print(f"error of evt_averaged's mAP@1000 at N = 1e8 ({args.queries} queries, one draw)")
@@ -59,7 +56,7 @@ def main():
         )
         for f in args.fractions:
             d = simulate.draw(bench, f, 4000, seed=1)
-            truth = simulate.true_map(d.truth_counts, 1000)
+            truth = metrics.map_from_counts(d.truth_counts, 1000)
             half = simulate.rounded(d.scores, np.float16, args.positives, args.step)
             row = (error(d.scores, truth), error(half, truth, False), error(half, truth))
             print(
@@ -67,7 +64,6 @@ def main():
                 f"{row[2]:>+18.4f}",
                 flush=True,
             )
-    dequantize.TIE_SHARE = tie_share
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 For each law, the exact top-M order statistics of S sampled scores (exponential spacings in
 survival space, mapped through the law's inverse survival function) feed
-`hardness.log_tail_prob`; positives sit at true hardness x = c / S for c below 1, where counting
+`evt.log_tail_prob`; positives sit at true hardness x = c / S for c below 1, where counting
 sees nothing. Printed per law family and estimator: the median log10(estimated / true x), the
 share of hard zeros, the share more than 10x off (for `evt_averaged`: of its posterior-mean x),
 and the mean absolute and mean signed error of the predicted per-positive precision
@@ -24,7 +24,8 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tailaware.tail import evt as hardness  # noqa: E402
+from tailaware.tail import evt  # noqa: E402
+from tailaware.tail.settings import TailSettings  # noqa: E402
 
 LAWS = {
     "bounded": {
@@ -92,10 +93,10 @@ def study(replicates, sizes=(50_000, 5_000_000), m=4000, seed=0):
                 n = 20 * s
                 true_prec = precision(n * x_true)
                 for method in ("mle", "mean"):
-                    lx = np.asarray(hardness.log_tail_prob(pos, tail, float(s), 0.95, method))
+                    lx = np.asarray(evt.log_tail_prob(pos, tail, float(s), TailSettings(), method))
                     ratio = (lx - np.log(x_true)) / np.log(10)
                     if method == "mean":
-                        atoms, w = hardness.posterior(pos, tail, float(s), 0.95)
+                        atoms, w = evt.posterior(pos, tail, float(s), TailSettings())
                         atoms, w = np.asarray(atoms, np.float64), np.asarray(w, np.float64)
                         prec = (precision(n * np.exp(atoms)) * w[:, None, :]).sum(axis=2)
                     else:

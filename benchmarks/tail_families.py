@@ -9,7 +9,7 @@ an untruncated Gaussian, a near-duplicate mixture), a benchmark in the paper reg
 mean error (prediction minus realized truth) of `evt_averaged`, `evt` and `count` over a few
 independent draws, the mean absolute error of each estimator over all cells, and how often the
 90% interval of `evt_averaged` held the truth (the reported interval without its nested
-bootstrap: the query bootstrap widened by the threshold and prior terms, `protocol.
+bootstrap: the query bootstrap widened by the threshold and prior terms, `intervals.
 size_intervals`; and the query interval alone).
 
 `--grid sizes` asks the same at other gallery sizes and sample fractions (N = 7.6e5 to 1e9,
@@ -19,7 +19,7 @@ large fractions where the count is nearly right), 13 (N, f) cells per family.
 Commands (about one / three minutes on 2 cores):
   python benchmarks/tail_families.py [--queries 200] [--draws 2] [--seed 0] [--xi_tilt 0]
   python benchmarks/tail_families.py --grid sizes
-(`--xi_tilt` overrides the averaged estimator's prior lean, `hardness.XI_TILT`.)
+(`--xi_tilt` overrides the averaged estimator's prior lean, `TailSettings.xi_tilt`.)
 Prints the table, then one JSON line with every cell.
 """
 
@@ -31,11 +31,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from tailaware.protocol import augment as protocol
-from tailaware.sim import simulate
+from tailaware.core import metrics  # noqa: E402
+from tailaware.protocol import intervals, prediction  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
+from tailaware.sim import simulate  # noqa: E402
 from tailaware.tail import estimators  # noqa: E402
-from tailaware.tail import evt as hardness
+from tailaware.tail.settings import TailSettings  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 # (N, sample fraction) cells of each grid.
@@ -67,33 +68,40 @@ def _parse():
     p.add_argument("--grid", choices=sorted(GRIDS), default="paper")
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0, help="benchmarks and draws (0: the README's)")
-    p.add_argument("--xi_tilt", type=float, default=None, help="override hardness.XI_TILT")
+    p.add_argument("--xi_tilt", type=float, default=None, help="override TailSettings.xi_tilt")
     return p.parse_args()
 
 
-def cell(bench, fraction, draws, config, k, seed=0) -> dict:
+def cell(bench, fraction, draws, settings: PredictSettings, seed=0) -> dict:
     """Returns the mean truth, each estimator's mean error over `draws` draws, and the share of
     draws whose 90% interval for `evt_averaged` holds the truth: the reported one (query
     bootstrap, threshold and prior terms; no nested bootstrap, for time) and the query interval
     alone."""
+    k = settings.k
     errors = {name: [] for name in ESTIMATORS}
     truths, covered, covered_query = [], [], []
     for draw in range(draws):
-        d = simulate.draw(bench, fraction, int(config.evt.top_m), seed * draws + draw)
+        d = simulate.draw(bench, fraction, int(settings.tail.top_m), seed * draws + draw)
         sc = d.scores
-        truth = simulate.true_map(d.truth_counts, k)
+        truth = metrics.map_from_counts(d.truth_counts, k)
         truths.append(truth)
         for name in ESTIMATORS:
             averaged = name == "evt_averaged"  # with its threshold reruns, for the interval
-            h = protocol.estimate(sc, config) if averaged else estimators.get(name)(sc, config)
-            aps, priors = protocol.prior_maps(h, [bench.n_pool], k, sc.fixed_counts, sc)  # [1, Q]
+            if averaged:
+                h = prediction.estimate(sc, settings)
+            else:
+                h = estimators.get(name)(sc, settings.tail)
+            aps, priors = prediction.prior_maps(h, [bench.n_pool], k, sc.fixed_counts, sc)
             errors[name].append(float(aps.mean()) - truth)
             if averaged:
-                maps = protocol.threshold_maps(sc, config, [bench.n_pool], h)
-                opts = protocol.settings(config)
-                unc = protocol.size_intervals(aps, opts, maps, priors=priors)[0]
-                covered.append(unc["ci90"][0] <= truth <= unc["ci90"][1])
-                covered_query.append(unc["ci90_query"][0] <= truth <= unc["ci90_query"][1])
+                maps = prediction.threshold_maps(sc, settings, [bench.n_pool], h)
+                opts = settings.protocol
+                unc = intervals.size_intervals(
+                    aps, settings.intervals, opts.query_replicates, opts.seed, maps, priors=priors
+                )[0]
+                lo, hi = unc.ci90.reported
+                covered.append(lo <= truth <= hi)
+                covered_query.append(unc.ci90.query[0] <= truth <= unc.ci90.query[1])
     return {
         "truth": float(np.mean(truths)),
         **{n: float(np.mean(e)) for n, e in errors.items()},
@@ -104,10 +112,8 @@ def cell(bench, fraction, draws, config, k, seed=0) -> dict:
 
 def main():
     args = _parse()
-    if args.xi_tilt is not None:  # the prior of `evt_averaged` (read when it is traced)
-        hardness.XI_TILT = args.xi_tilt
-    config = default.get_config()
-    config.k = args.k
+    tail = TailSettings() if args.xi_tilt is None else TailSettings(xi_tilt=args.xi_tilt)
+    settings = PredictSettings(k=args.k, tail=tail)
     cells = {}
     head = "  ".join(f"{n:>12}" for n in ESTIMATORS)
     print(f"mean error of mAP@{args.k} ({args.queries} queries, {args.draws} draws)")
@@ -117,7 +123,7 @@ def main():
             bench = simulate.make_benchmark(
                 args.queries, n_pool, family, seed=args.seed, **simulate.REGIMES["paper"]
             )
-            c = cell(bench, f, args.draws, config, args.k, args.seed)
+            c = cell(bench, f, args.draws, settings, args.seed)
             cells[f"{family}/{n_pool:.3g}/{f}"] = c
             row = "  ".join(f"{c[n]:>+12.4f}" for n in ESTIMATORS)
             row += f"  {c['cover90']:>7.2f} ({c['cover90_query']:.2f})"

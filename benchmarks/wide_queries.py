@@ -5,7 +5,7 @@ queries of similar width instead. Both sides run the same protocol on the same s
 a fresh process (compilation included, peak memory its own): the estimate with its threshold
 reruns, mAP@1000 on a 26-point curve, the threshold term, and optionally the nested bootstrap.
 `grouped` is the library as it is; `padded` the same code with grouping switched off
-(`buckets.MAX_SHARE = 0`), the reference.
+(`max_share=0`), the reference.
 
 Command (2 CPU cores): python benchmarks/wide_queries.py [--wide_positives 390 --nested 10]
 Prints one JSON line: each side's seconds and peak memory, the ratios padded / grouped, and the
@@ -61,25 +61,28 @@ def _sample(args):
 
 def child(args) -> None:
     """Runs one side and writes its timings, peak memory and predictions to `args.out`."""
-    from configs import default
-    from tailaware.core import buckets
-    from tailaware.jobs import predict
-    from tailaware.protocol import augment as protocol
-    from tailaware.protocol import bootstrap
+    from tailaware.core import buckets, evaluate
+    from tailaware.protocol import nested, prediction
+    from tailaware.protocol.settings import PredictSettings
 
-    if args.child == "padded":
-        buckets.MAX_SHARE = 0.0
+    share = 0.0 if args.child == "padded" else buckets.MAX_SHARE  # 0: never split
     scores = _sample(args)
-    config = default.get_config()
+    settings = PredictSettings()
     t0 = time.perf_counter()
-    hardness = protocol.estimate(scores, config)
+    hardness = prediction.estimate(scores, settings)
     sizes = np.concatenate([[1e8], np.geomspace(1e3, 1e9, 25)])
-    aps = predict.per_query_ap(hardness, sizes, 1000, scores.fixed_counts, scores)
-    protocol.model_deviations(scores, config, sizes, aps.mean(axis=1), hardness)
+    fixed = scores.fixed_counts
+    # The prediction with its prior maps in one pass, and the threshold reruns (the job's work).
+    aps = evaluate.per_query_ap(hardness, sizes, 1000, fixed, scores, True, share)[0]
+    for rerun in hardness.reruns:
+        evaluate.per_query_ap(rerun, sizes, 1000, fixed, scores, max_share=share)
     out = {"seconds": time.perf_counter() - t0}
     if args.nested:
         t1 = time.perf_counter()
-        bootstrap.nested_bootstrap(scores, config.estimator, config, sizes, args.nested)
+        tail = settings.tail
+        nested.nested_bootstrap(
+            scores, settings.estimator, tail, 1000, sizes, args.nested, max_share=share
+        )
         out["nested_seconds"] = time.perf_counter() - t1
     out["peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     out["widths"] = [int(scores.mask.shape[1]), int(scores.mask.sum(axis=1).max())]

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tailaware.core import law
-from tailaware.jobs import demo, predict
+from tailaware.core import evaluate, law, metrics
+from tailaware.protocol import baselines
 from tailaware.sim import synthetic
 from tailaware.tail import estimators
 
@@ -158,13 +158,13 @@ bench = synthetic.make_benchmark(
     n_instances=60, queries_per_instance=1, positives_per_instance=5, n_distractors=200_000, dim=64
 )
 sizes = [10_000, 50_000, 200_000]
-truth_counts, scores = demo.score(bench, sizes, fraction=0.05, top_m=1000, seed=0)
+truth_counts, scores = synthetic.score(bench, sizes, fraction=0.05, top_m=1000, seed=0)
 k = 1000
-truth = [demo.true_map(truth_counts[s], scores.fixed_counts, k) for s in sizes]
-at_sample = float(predict.at_sample_ap(scores, k).mean())
+truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s in sizes]
+at_sample = baselines.at_sample_map(scores, k)
 count = estimators.count(scores)
 grid = np.geomspace(scores.n_sample, 200_000, 12)
-predicted = predict.per_query_ap(count, grid, k, scores.fixed_counts, scores).mean(axis=1)
+predicted = evaluate.per_query_ap(count, grid, k, scores.fixed_counts, scores).mean(axis=1)
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(sizes, truth, "ko", label="truth (full gallery)")

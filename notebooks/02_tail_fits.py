@@ -42,11 +42,11 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from configs import default
-from tailaware.jobs import demo, predict
+import tailaware as ta
+from tailaware.core import evaluate, metrics
+from tailaware.protocol import baselines
 from tailaware.sim import simulate, synthetic
-from tailaware.tail import estimators, gpd
-from tailaware.tail import evt as hardness
+from tailaware.tail import estimators, evt, gpd
 
 # %% [markdown]
 # ## The benchmark, its sample and the truth
@@ -55,13 +55,12 @@ from tailaware.tail import evt as hardness
 # truth hardness of a positive is the share of all 200k distractors above it.
 
 # %%
-config = default.get_config()
-config.evt.top_m = 1000  # kept scores per query (the paper keeps 4000 of 5M)
-k, n_full = config.k, 200_000
+settings = ta.TailSettings(top_m=1000)  # kept scores per query (the paper keeps 4000 of 5M)
+k, n_full = 1000, 200_000
 bench = synthetic.make_benchmark(
     n_instances=60, queries_per_instance=1, positives_per_instance=5, n_distractors=n_full, dim=64
 )
-truth_counts, scores = demo.score(bench, [n_full], fraction=0.05, top_m=1000, seed=0)
+truth_counts, scores = synthetic.score(bench, [n_full], fraction=0.05, top_m=1000, seed=0)
 mask = scores.mask
 x_true = np.where(mask, truth_counts[n_full], 0) / n_full
 s = scores.n_sample
@@ -72,14 +71,14 @@ print(
 # %% [markdown]
 # ## Per-query GPD fits
 #
-# `hardness.diagnostics` fits every query at once (a vmapped, pure-JAX maximum-likelihood fit,
+# `evt.diagnostics` fits every query at once (a vmapped, pure-JAX maximum-likelihood fit,
 # `gpd.fit`). Many fits land on a boundary of the constraint set: xi = 0 (an exponential tail)
 # or xi = -1 (a uniform one).
 
 # %%
-tail = np.asarray(scores.tail_scores[:, : config.evt.top_m])
-q = config.evt.threshold_quantile
-info = hardness.diagnostics(tail, q)
+tail = np.asarray(scores.tail_scores[:, : settings.top_m])
+q = settings.threshold_quantile
+info = evt.diagnostics(tail, q)
 print(
     f"excesses per fit: {int(np.median(info['n_exceed']))}; xi = 0: {info['at_xi0'].mean():.0%}, "
     f"xi = -1: {info['at_xi_minus1'].mean():.0%}, converged: {info['converged'].mean():.0%}"
@@ -98,7 +97,7 @@ plt.show()
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.5), sharey=True)
 # Three queries with positives in the tail, from the most negative fitted xi to the least.
-in_tail = mask & (scores.pos_counts < config.evt.min_count) & (x_true > 0)
+in_tail = mask & (scores.pos_counts < settings.min_count) & (x_true > 0)
 candidates = np.flatnonzero(in_tail.sum(axis=1) >= 2)
 candidates = candidates[np.argsort(info["xi"][candidates])]
 examples = candidates[[0, len(candidates) // 2, -1]]
@@ -148,7 +147,7 @@ plt.show()
 # Against the truth, for the tail-priced positives:
 
 # %%
-hard = {name: estimators.get(name)(scores, config) for name in ("count", "evt", "evt_averaged")}
+hard = {name: estimators.get(name)(scores, settings) for name in ("count", "evt", "evt_averaged")}
 tp = hard["evt"].tail_priced & (x_true > 0)
 floor = 0.3 / n_full  # estimates below it (exact zeros included) are drawn on it
 fig, ax = plt.subplots(figsize=(5, 4.5))
@@ -177,11 +176,11 @@ for name in ("evt", "evt_averaged"):
 # What it does to the prediction at N = 200k, with evaluate-at-S for scale:
 
 # %%
-truth = demo.true_map(truth_counts[n_full], scores.fixed_counts, k)
+truth = metrics.map_from_counts(truth_counts[n_full], k, scores.fixed_counts)
 print(f"{'truth':<16}{truth:.4f}")
-print(f"{'evaluate-at-S':<16}{predict.at_sample_ap(scores, k).mean():.4f}")
+print(f"{'evaluate-at-S':<16}{baselines.at_sample_map(scores, k):.4f}")
 for name, h in hard.items():
-    pred = predict.per_query_ap(h, n_full, k, scores.fixed_counts, scores).mean()
+    pred = evaluate.per_query_ap(h, n_full, k, scores.fixed_counts, scores).mean()
     print(f"{name:<16}{pred:.4f}  ({pred - truth:+.4f})")
 
 # %% [markdown]
@@ -193,16 +192,17 @@ for name, h in hard.items():
 # paper's threshold, and a GPD reads the gap as a long tail. `evt_averaged` tests each query's
 # excesses with the Anderson-Darling statistic against the GPD fitted to them and, where
 # A^2 > 2, moves the threshold up to keep half, then a quarter of them
-# (`hardness.select_threshold`). The plug-in `evt` keeps the paper's threshold.
+# (`evt.select_threshold`). The plug-in `evt` keeps the paper's threshold.
 
 # %%
 mix = simulate.make_benchmark(40, family="mixture", seed=0, **simulate.REGIMES["paper"])
 draw = simulate.draw(mix, 0.0005, 4000, seed=0)
 tail = draw.scores.tail_scores
-select = jax.jit(hardness.select_threshold, static_argnums=1)
-_, _, m_sel, ad = (np.asarray(a) for a in select(jnp.asarray(tail), 0.95))
+critical = ta.TailSettings().ad_critical
+select = jax.jit(evt.select_threshold, static_argnums=(1, 2))
+_, _, m_sel, ad = (np.asarray(a) for a in select(jnp.asarray(tail), 0.95, critical))
 kept = m_sel.sum(axis=1)
-failed = (ad[0] > hardness.AD_CRITICAL).mean()
+failed = (ad[0] > critical).mean()
 print(f"default threshold fails the test for {failed:.0%} of queries")
 sizes, counts = np.unique(kept, return_counts=True)
 print("excesses kept (count: queries):", dict(zip(sizes.tolist(), counts.tolist(), strict=True)))
@@ -234,12 +234,12 @@ plt.show()
 # And the predicted mAP@1000 at N = 10^8 against the realized truth (M = 4000 kept scores):
 
 # %%
-config_mix = default.get_config()
-truth_mix = simulate.true_map(draw.truth_counts, config_mix.k)
+settings_mix = ta.TailSettings()
+truth_mix = metrics.map_from_counts(draw.truth_counts, k)
 print(f"{'truth':<16}{truth_mix:.4f}")
 for name in ("count", "evt", "evt_averaged"):
-    h = estimators.get(name)(draw.scores, config_mix)
-    pred = predict.per_query_ap(h, mix.n_pool, config_mix.k, draw.scores.fixed_counts, draw.scores)
+    h = estimators.get(name)(draw.scores, settings_mix)
+    pred = evaluate.per_query_ap(h, mix.n_pool, k, draw.scores.fixed_counts, draw.scores)
     print(f"{name:<16}{pred.mean():.4f}  ({pred.mean() - truth_mix:+.4f})")
 
 # %% [markdown]

@@ -38,64 +38,64 @@ elif os.path.basename(os.getcwd()) == "notebooks":
 import tempfile
 
 import matplotlib.pyplot as plt
-import ml_collections
 import numpy as np
 
-from configs import default
+import tailaware as ta
 from configs import ilias as ilias_config
+from tailaware.core import evaluate, metrics
 from tailaware.io import features
-from tailaware.jobs import demo, ilias, predict
-from tailaware.protocol import augment as protocol
+from tailaware.jobs import ilias
+from tailaware.protocol import schema
 from tailaware.sim import synthetic
 from tailaware.tail import estimators
 
 # %% [markdown]
 # ## Sampled scores
 #
-# 60 queries with 5 positives each against 200k distractors; `demo.score` scores every
+# 60 queries with 5 positives each against 200k distractors; `synthetic.score` scores every
 # distractor once, recording the truth at three gallery sizes and, on the way, the sampled
 # scores of a uniform 5% id-hash sample: the top scores per query, each positive's score and
 # how many sampled distractors beat it (`tailaware.io.scores.SampledScores`).
 
 # %%
-config = default.get_config()
-config.evt.top_m = 1000  # kept scores per query (the paper keeps 4000 of 5M)
-config.estimator = "evt"
-k, n_full = config.k, 200_000
+# The paper keeps the top 4000 of 5M sampled scores per query; here 1000. No nested bootstrap
+# (it also resamples the distractor sample and refits every tail; about a minute on 2 CPU
+# cores with `nested_replicates=100`), to keep the notebook fast.
+settings = ta.PredictSettings(
+    estimator="evt",
+    tail=ta.TailSettings(top_m=1000),
+    protocol=ta.ProtocolSettings(nested_replicates=0),
+)
+k, n_full = settings.k, 200_000
 sizes = [10_000, 50_000, n_full]
 bench = synthetic.make_benchmark(
     n_instances=60, queries_per_instance=1, positives_per_instance=5, n_distractors=n_full, dim=64
 )
-truth_counts, scores = demo.score(bench, sizes, fraction=0.05, top_m=1000, seed=0)
-truth = [demo.true_map(truth_counts[s], scores.fixed_counts, k) for s in sizes]
+truth_counts, scores = synthetic.score(bench, sizes, fraction=0.05, top_m=1000, seed=0)
+truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s in sizes]
 print(f"S = {scores.n_sample:,} sampled of N = {n_full:,}; true mAP@{k} at N: {truth[-1]:.4f}")
 
 # %% [markdown]
 # ## The prediction, its interval and the budget verdict
 #
-# `predict.predict` is what `python launch.py --config=configs/predict.py` writes to
-# `prediction.json`: the tail-aware estimate at the target N with the count estimator and
-# evaluate-at-S as baselines. `protocol.augment` adds the rest of the protocol: the interval
-# (query bootstrap, widened by the tail model's own error: how far the prediction moves when the
-# tail threshold keeps half or twice the excesses; the nested bootstrap, which also resamples the
-# distractor sample and refits every tail, is off here to keep the notebook fast: set
-# `nested_replicates` to 100, about a minute on 2 CPU cores), the power-law and log-uniform
-# curve-fit baselines, the predicted curve from 10^3 to 10^9 and the sufficient-budget verdict:
-# predictions from nested sub-samples S/8 .. S should have stopped moving by more than query
-# noise.
+# `ta.predict` returns what `python launch.py --config=configs/predict.py` writes to
+# `prediction.json` (`schema.prediction_json`): the tail-aware estimate at the target N with
+# its interval (query bootstrap, widened by the tail model's own error: how far the prediction
+# moves when the tail threshold keeps half or twice the excesses, and under a flatter or a
+# steeper prior on the tail shape), the baselines (count, evaluate-at-S, power-law and
+# log-uniform curve fits), the predicted curve from 10^3 to 10^9 and the sufficient-budget
+# verdict: predictions from nested sub-samples S/8 .. S should have stopped moving by more than
+# query noise.
 
 # %%
-config.protocol = ml_collections.ConfigDict({"nested_replicates": 0})
-hard = estimators.get("evt")(scores, config)
-result = predict.predict(scores, config, n_full)
-result.update(protocol.augment(result, scores, config, n_full, hard))
-print(predict.format_table(result))
+result = ta.predict(scores, settings, n_full)
+print(schema.format_table(result))
 print(f"{'truth':<24}{truth[-1]:>10.4f}")
 print()
-print("\n".join(result["diagnostics"]["summary"]))
-budget = result["diagnostics"]["budget"]
-print(budget["message"])
-for size, value in zip(budget["sizes"], budget["predictions"], strict=True):
+print("\n".join(result.diagnostics.summary))
+budget = result.diagnostics.budget
+print(budget.message)
+for size, value in zip(budget.sizes, budget.predictions, strict=True):
     print(f"  S = {size:>6,}: {value:.4f}")
 
 # %% [markdown]
@@ -106,17 +106,17 @@ for size, value in zip(budget["sizes"], budget["predictions"], strict=True):
 # the count estimator's curve shows what the tail adds.
 
 # %%
-curve = result["curve"]
-band = np.asarray(curve["ci90"])
-count_curve = predict.per_query_ap(
-    estimators.count(scores), np.asarray(curve["n"]), k, scores.fixed_counts, scores
+curve = result.curve
+band = np.asarray(curve.ci90)
+count_curve = evaluate.per_query_ap(
+    estimators.count(scores), np.asarray(curve.n), k, scores.fixed_counts, scores
 ).mean(axis=1)
 fig, ax = plt.subplots(figsize=(7, 4))
-ax.fill_between(curve["n"], band[:, 0], band[:, 1], color="C1", alpha=0.2, label="evt, 90% band")
-ax.plot(curve["n"], curve["map"], color="C1", label="evt (from the sample)")
-ax.plot(curve["n"], count_curve, color="C0", label="count (from the sample)")
+ax.fill_between(curve.n, band[:, 0], band[:, 1], color="C1", alpha=0.2, label="evt, 90% band")
+ax.plot(curve.n, curve.map, color="C1", label="evt (from the sample)")
+ax.plot(curve.n, count_curve, color="C0", label="count (from the sample)")
 ax.plot(sizes, truth, "ko", label="truth")
-ax.plot([scores.n_sample], [result["baselines"]["at_sample"]], "r^", label="evaluate-at-S")
+ax.plot([scores.n_sample], [result.baselines["at_sample"]], "r^", label="evaluate-at-S")
 ax.axvline(scores.n_sample, color="grey", ls=":", lw=0.8)
 ax.set(xscale="log", xlabel="gallery size N", ylabel=f"mAP@{k}")
 ax.legend(fontsize=8)

@@ -16,10 +16,11 @@
 # [Open in Colab](https://colab.research.google.com/github/tailaware/tailaware/blob/main/notebooks/04_sensitivity.ipynb)
 #
 # The predicted mAP@k is a differentiable function of every positive's hardness, of the gallery
-# size and of each query's tail fit (`tailaware.core.law`). `tailaware.tail.sensitivity` differentiates it
-# to answer what a researcher acts on: how much accuracy each decade of gallery growth costs,
-# which queries and positives drive the prediction and its uncertainty, how far a given
-# relative error in hardness moves mAP, and where a larger distractor sample would help most.
+# size and of each query's tail fit (`tailaware.core.law`). `tailaware.tail.sensitivity`
+# differentiates it to answer what a researcher acts on: how much accuracy each decade of
+# gallery growth costs, which queries and positives drive the prediction and its uncertainty,
+# how far a given relative error in hardness moves mAP, and where a larger distractor sample
+# would help most.
 #
 # Gradients use the smooth top-k truncation (the metric's hard cut-off has zero gradient across
 # the k boundary); exact responses use the hard one, the metric itself. Each cell says which.
@@ -41,9 +42,8 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from configs import default
-from tailaware.core import law
-from tailaware.jobs import demo
+import tailaware as ta
+from tailaware.core import law, metrics
 from tailaware.sim import synthetic
 from tailaware.tail import estimators, sensitivity
 
@@ -55,15 +55,14 @@ from tailaware.tail import estimators, sensitivity
 # estimator (`evt`, paper App. B) and with the count estimator.
 
 # %%
-config = default.get_config()
-config.evt.top_m = 1000  # 1000 kept scores per query (the paper keeps 4000 of 5M)
-k, n_full = config.k, 200_000
+settings = ta.TailSettings(top_m=1000)  # kept scores per query (the paper keeps 4000 of 5M)
+k, n_full = 1000, 200_000
 bench = synthetic.make_benchmark(
     n_instances=60, queries_per_instance=1, positives_per_instance=5, n_distractors=n_full, dim=64
 )
-truth_counts, scores = demo.score(bench, [n_full], fraction=0.05, top_m=1000, seed=0)
-truth = demo.true_map(truth_counts[n_full], scores.fixed_counts, k)
-hard = {name: estimators.get(name)(scores, config) for name in ("count", "evt")}
+truth_counts, scores = synthetic.score(bench, [n_full], fraction=0.05, top_m=1000, seed=0)
+truth = metrics.map_from_counts(truth_counts[n_full], k, scores.fixed_counts)
+hard = {name: estimators.get(name)(scores, settings) for name in ("count", "evt")}
 report = {name: sensitivity.analyze(scores, h, n_full, k) for name, h in hard.items()}
 for name, rep in report.items():
     print(f"--- {name} (truth {truth:.4f})")
@@ -211,7 +210,7 @@ for qi, pj in zip(*np.unravel_index(order, value.shape), strict=True):
 #
 # `tail_gradients` differentiates mAP with respect to each query's fitted (log rate, threshold,
 # xi, log sigma), holding the fit fixed (a stop-gradient at the fitted parameters).
-# `score_gradients` goes through the fitter itself: `hardness.log_tail_prob` carries the GPD
+# `score_gradients` goes through the fitter itself: `evt.log_tail_prob` carries the GPD
 # maximum-likelihood fit's implicit-function-theorem derivatives, so d mAP / d sampled score
 # says how hard the prediction leans on each kept distractor score. The spike is the threshold
 # u itself (every excess is measured from it); which order statistic is u carries no gradient.
@@ -230,7 +229,7 @@ d_pos, d_scores = sensitivity.score_gradients(
     float(n_full),
     float(k),
     fixed,
-    threshold_quantile=config.evt.threshold_quantile,
+    settings=settings,
 )
 q_star = int(top[0])
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.5))

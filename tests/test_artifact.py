@@ -1,18 +1,29 @@
 """The hardness artifact: round trip, prediction without scores, and every malformation named."""
 
+import dataclasses
 import json
 import re
 
 import numpy as np
 import pytest
 
+from configs import compare as compare_config
 from configs import default
-from tailaware.core import metrics
+from tailaware.core import evaluate, metrics
 from tailaware.io import artifact
-from tailaware.jobs import predict
-from tailaware.protocol import bootstrap
+from tailaware.jobs import compare as compare_job
+from tailaware.jobs import predict as predict_job
+from tailaware.protocol import comparison, from_artifact, prediction, report, schema
+from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
 from tailaware.sim import simulate
 from tailaware.tail import estimators
+from tailaware.tail.settings import TailSettings
+
+
+def _at(art, sizes, k):
+    """Returns (per-query AP [G, Q], mAP [G], intervals [G]) from the artifact at `sizes`."""
+    aps, bands = from_artifact.at_sizes(art, sizes, PredictSettings(k=k))
+    return aps, aps.mean(axis=1), bands
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +44,12 @@ def test_round_trip_and_predict(tmp_path, sample):
     assert back.estimator == "count" and back.n_sample == sample.n_sample
     assert back.metadata == {"model": "dinov3-l", "source": "yfcc"}
     np.testing.assert_array_equal(back.fit["u"], h.info["u"])
-    got = artifact.predict(back, [1e6, 1e8], 100)
-    want = predict.per_query_ap(h, 1e8, 100, sample.fixed_counts, sample)
-    np.testing.assert_allclose(got["per_query_ap"][1], want, atol=1e-6)
-    assert got["map"][0] >= got["map"][1]
+    aps, maps, _ = _at(back, [1e6, 1e8], 100)
+    want = evaluate.per_query_ap(h, 1e8, 100, sample.fixed_counts, sample)
+    np.testing.assert_allclose(aps[1], want, atol=1e-6)
+    assert maps[0] >= maps[1]
     # At N = S the artifact (with the sample's counts) gives the sample's realized mAP.
-    at_s = artifact.predict(back, sample.n_sample, 100)["map"][0]
+    at_s = _at(back, sample.n_sample, 100)[1][0]
     counts = np.where(sample.mask, sample.pos_counts + sample.fixed_counts, -1)
     assert at_s == pytest.approx(
         float(metrics.ap_at_k_from_counts(counts, sample.mask, 100).mean()), abs=2e-6
@@ -46,17 +57,15 @@ def test_round_trip_and_predict(tmp_path, sample):
 
 
 def test_posterior_atoms_round_trip(tmp_path, sample):
-    cfg = default.get_config()
-    cfg.evt.top_m = 100
-    h = estimators.get("evt_averaged")(sample, cfg)
+    h = estimators.get("evt_averaged")(sample, TailSettings(top_m=100))
     assert h.atoms is not None and h.atoms.shape[:2] == h.x.shape
     path = tmp_path / "h.npz"
     artifact.save(path, artifact.from_hardness(h, sample, "evt_averaged"))
     back = artifact.load(path)
     np.testing.assert_array_equal(back.atoms, h.atoms)
     np.testing.assert_array_equal(back.weights, h.weights)
-    got = artifact.predict(back, 1e8, 100)["per_query_ap"][0]
-    want = predict.per_query_ap(h, 1e8, 100, sample.fixed_counts, sample)
+    got = _at(back, 1e8, 100)[0][0]
+    want = evaluate.per_query_ap(h, 1e8, 100, sample.fixed_counts, sample)
     np.testing.assert_allclose(got, want, atol=1e-6)
     # Malformed atoms are named like every other field.
     with np.load(path) as z:
@@ -70,7 +79,7 @@ def test_posterior_atoms_round_trip(tmp_path, sample):
         with pytest.raises(ValueError, match=f"bad.npz: field '{field}': .*{re.escape(message)}"):
             artifact.load(tmp_path / "bad.npz")
     # The mixture is not the plug-in of its mean: E[AP] is far from linear in x.
-    plug = predict.per_query_ap(
+    plug = evaluate.per_query_ap(
         h._replace(atoms=None, weights=None), 1e8, 100, sample.fixed_counts, sample
     )
     assert np.abs(plug - want).max() > 1e-3
@@ -109,21 +118,16 @@ def test_malformed_files_are_named(tmp_path, sample, field, value, message):
 
 
 def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval(tmp_path):
-    import dataclasses
-
-    from tailaware.jobs import compare
-    from tailaware.jobs import predict as predict_job
-
     bench = simulate.make_benchmark(120, 10**7, seed=3)
     scores = simulate.draw(bench, 0.01, 1000, seed=4).scores
     ids = np.asarray([f"q{j}" for j in range(scores.num_queries)])
     scores = dataclasses.replace(scores, query_ids=ids)
-    config = default.get_config()
-    config.evt.top_m = 1000
-    config.protocol.nested_replicates = 8
-    config.metadata = '{"model": "vit_b16", "pool": "simulated"}'
+    settings = PredictSettings(
+        tail=TailSettings(top_m=1000), protocol=ProtocolSettings(nested_replicates=8)
+    )
     n = 10**7
-    want = predict_job.report(scores, config, n, str(tmp_path), metadata={"scores": "sim"})
+    provenance = {"scores": "sim", "model": "vit_b16", "pool": "simulated"}
+    want = schema.prediction_json(report.report(scores, settings, n, str(tmp_path), provenance))
     art = artifact.load(tmp_path / "hardness.npz")
     assert art.metadata["model"] == "vit_b16" and art.metadata["scores"] == "sim"
     # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points).
@@ -132,7 +136,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
 
     # At the target N the artifact reproduces the prediction and every part of its interval:
     # the same per-query AP, the reruns' mAP, the distractor sd it stored.
-    got = artifact.prediction(art, config, n, "hardness.npz")
+    got = schema.prediction_json(from_artifact.predict(art, settings, n, "hardness.npz"))
     np.testing.assert_allclose(got["per_query_ap"], want["per_query_ap"], atol=1e-7)
     for field in ("sd_query", "sd_distractor", "threshold_deviation", "prior_deviation"):
         assert got["uncertainty"][field] == pytest.approx(want["uncertainty"][field], abs=1e-7)
@@ -142,20 +146,20 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
 
     # Elsewhere: the sd between two stored sizes is between theirs; the interval is the
     # query interval widened by it and by the threshold term in quadrature (`intervals`).
-    other = artifact.predict(art, [3e8], 1000)
-    unc = other["intervals"][0]
+    _, maps, (typed,) = _at(art, [3e8], 1000)
+    unc = schema.interval_json(typed)
     i = np.searchsorted(art.distractor_n, 3e8)
     lo_sd, hi_sd = sorted(art.distractor_sd[i - 1 : i + 1])
     assert lo_sd <= unc["sd_distractor"] <= hi_sd
-    point = other["map"][0]
+    point = maps[0]
     q_lo, q_hi = unc["ci90_query"]
     grow = np.hypot(1.0, unc["sd_distractor"] / unc["sd_query"])
     z = 1.6448536269514722
     expect_hi = point + np.hypot((q_hi - point) * grow, z * unc["sd_model"])
     assert unc["ci90"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
     model = np.hypot(
-        bootstrap.THRESHOLD_SD * unc["threshold_deviation"],
-        bootstrap.PRIOR_SD * unc["prior_deviation"],
+        IntervalSettings().threshold_sd * unc["threshold_deviation"],
+        IntervalSettings().prior_sd * unc["prior_deviation"],
     )
     assert unc["prior_deviation"] > 0 and unc["sd_model"] == pytest.approx(model)
     assert unc["ci90"][0] < point < unc["ci90"][1]
@@ -168,26 +172,24 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     saved = json.loads((tmp_path / "from_artifact" / "prediction.json").read_text())
     assert saved["map"] == pytest.approx(want["map"], abs=1e-7)
     assert saved["diagnostics"]["summary"][0].startswith("FROM THE HARDNESS ARTIFACT")
-    same = compare.predictions(want, saved)
-    assert same["difference"] == pytest.approx(0.0, abs=1e-7)
-    assert same["threshold_deviation"] == pytest.approx(0.0, abs=1e-7)
-    assert same["prior_deviation"] == pytest.approx(0.0, abs=1e-7)
-    assert not same["resolved"]
+    same = comparison.compare(*(schema.prediction_from_json(p) for p in (want, saved)))
+    assert same.difference == pytest.approx(0.0, abs=1e-7)
+    assert same.threshold_deviation == pytest.approx(0.0, abs=1e-7)
+    assert same.prior_deviation == pytest.approx(0.0, abs=1e-7)
+    assert not same.resolved
     # The compare job reads artifacts too, predicting them at its N (or refusing without one).
     with open(tmp_path / "prediction.json") as f:
         assert json.load(f)["map"] == pytest.approx(want["map"], abs=1e-12)
-    from configs import compare as compare_config
-
     job = compare_config.get_config()
     job.a, job.b = str(tmp_path / "hardness.npz"), str(tmp_path / "prediction.json")
     with pytest.raises(ValueError, match="hardness.npz: a hardness artifact needs"):
-        compare.run(job, str(tmp_path / "cmp"))
+        compare_job.run(job, str(tmp_path / "cmp"))
     job.n_target = n
-    compare.run(job, str(tmp_path / "cmp"))
+    compare_job.run(job, str(tmp_path / "cmp"))
     out = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
     assert out["difference"] == pytest.approx(0.0, abs=1e-7) and out["n_target"] == n
     job.b, job.n_target = job.a, 10**9
-    compare.run(job, str(tmp_path / "cmp"))
+    compare_job.run(job, str(tmp_path / "cmp"))
     out = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
     assert out["n_target"] == 10**9 and out["map_a"] < want["map"]
     # Without the optional terms the interval says what it lacks and is the query interval.
@@ -200,14 +202,15 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         distractor_sd=None,
         distractor_k=None,
     )
-    plain = artifact.prediction(bare, config, n)
+    plain = schema.prediction_json(from_artifact.predict(bare, settings, n))
     lacks = "lacks the distractor-sample, threshold and prior terms"
     assert lacks in plain["diagnostics"]["summary"][0]
     assert plain["ci90"] == plain["uncertainty"]["ci90_query"]
     assert plain["uncertainty"]["ci_method"] == "query"
     # The distractor sds were measured for mAP@1000: at another k the term is left out, and said.
-    cfg.k = 100
-    at_100 = artifact.prediction(art, cfg, n)
+    at_100 = schema.prediction_json(
+        from_artifact.predict(art, dataclasses.replace(settings, k=100), n)
+    )
     assert "distractor-sample (measured at k = 1000) term" in at_100["diagnostics"]["summary"][0]
     assert "sd_distractor" not in at_100["uncertainty"]
 
@@ -226,11 +229,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     ],
 )
 def test_malformed_interval_fields_are_named(tmp_path, sample, field, value, message):
-    cfg = default.get_config()
-    cfg.evt.top_m = 100
-    from tailaware.protocol import augment as protocol
-
-    h = protocol.estimate(sample, cfg)
+    h = prediction.estimate(sample, PredictSettings(tail=TailSettings(top_m=100)))
     sizes = np.geomspace(1e3, 1e9, 5)
     art = artifact.from_hardness(h, sample, "evt_averaged", None, (sizes, sizes * 0 + 0.01, 100))
     path = tmp_path / "ok.npz"

@@ -5,13 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import default
-from tailaware.core import buckets, law
+from tailaware.core import buckets, evaluate, law
 from tailaware.io import scores
-from tailaware.jobs import predict
-from tailaware.protocol import augment as protocol
-from tailaware.protocol import bootstrap
+from tailaware.protocol import nested, prediction
+from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import simulate
+from tailaware.tail import functional
+from tailaware.tail.settings import TailSettings
 
 K = 100
 
@@ -91,23 +91,42 @@ def wide_sample():
     return scores.concatenate([narrow, simulate.draw(wide, 0.05, 400, seed=2).scores])
 
 
-def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample, monkeypatch):
+def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample):
     sc = wide_sample
-    assert buckets.groups(sc.mask) is not None
-    config = default.get_config()
-    config.evt.top_m = 400
+    assert buckets.groups(sc.mask) is not None and buckets.groups(sc.mask, 0.0) is None
+    settings = PredictSettings(tail=TailSettings(top_m=400))
     sizes = np.array([1e4, 1e6, 1e8])
-    h = protocol.estimate(sc, config)
-
-    def run():
-        aps = predict.per_query_ap(h, sizes, 1000, sc.fixed_counts, sc)
-        nested = bootstrap.nested_bootstrap(sc, config.estimator, config, sizes, 3, seed=0)
-        return aps, nested
-
-    aps, nested = run()
-    monkeypatch.setattr(buckets, "MAX_SHARE", 0.0)  # never split: the padded arrays
-    assert buckets.groups(sc.mask) is None
-    aps0, nested0 = run()
-    np.testing.assert_allclose(aps, aps0, rtol=1e-5, atol=1e-6)
-    for key in ("distractor", "combined"):
-        np.testing.assert_allclose(nested[key], nested0[key], rtol=1e-5, atol=1e-6)
+    h = prediction.estimate(sc, settings)
+    aps = evaluate.per_query_ap(h, sizes, 1000, sc.fixed_counts, sc)
+    reps = nested.nested_bootstrap(sc, settings.estimator, settings.tail, 1000, sizes, 3, seed=0)
+    # The same computations on the padded arrays, without groups.
+    f32 = lambda a: jnp.asarray(np.where(h.mask, a, 0), jnp.float32)
+    aps0 = evaluate._expected_map(
+        jnp.asarray(h.atoms, jnp.float32),
+        jnp.asarray(h.mask),
+        jnp.asarray(sizes, jnp.float32),
+        1000,
+        f32(sc.fixed_counts),
+        jnp.asarray(h.weights, jnp.float32),
+        f32(sc.pos_counts),
+        jnp.float32(sc.n_sample),
+        law.rank_table(1000),
+        None,
+    )
+    np.testing.assert_allclose(aps, np.asarray(aps0), rtol=1e-5, atol=1e-6)
+    c = functional.core(sc, settings.tail)
+    fn = functional.hardness_fn(settings.estimator, settings.tail)
+    padded = nested._nested(
+        jax.random.key(0),
+        *c[:6],
+        jnp.asarray(sizes, jnp.float32),
+        law.rank_table(1000),
+        None,
+        k=1000,
+        fn=fn,
+        num_replicates=3,
+        batch_size=1,
+        threshold_quantile=c.threshold_quantile,
+    )
+    for got, want in zip(reps, padded, strict=True):
+        np.testing.assert_allclose(got, np.asarray(want).T, rtol=1e-5, atol=1e-6)

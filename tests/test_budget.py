@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from tailaware.core import sampling
-from tailaware.jobs import predict
+from tailaware.core import evaluate, sampling
 from tailaware.protocol import budget
 from tailaware.sim import simulate
 from tailaware.tail import estimators
@@ -61,7 +60,7 @@ def test_verdict():
 
 def _block_aps(blocks):
     return np.stack(
-        [predict.per_query_ap(estimators.count(b), 1e5, 100, b.fixed_counts) for b in blocks]
+        [evaluate.per_query_ap(estimators.count(b), 1e5, 100, b.fixed_counts) for b in blocks]
     )
 
 

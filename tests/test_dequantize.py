@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from configs import default
-from tailaware.jobs import predict
+from tailaware.core import evaluate
 from tailaware.sim import simulate
-from tailaware.tail import dequantize, gpd
-from tailaware.tail import evt as hardness
+from tailaware.tail import dequantize, evt, gpd
+from tailaware.tail.settings import TailSettings
 
 
 def _rounded(x, step):
@@ -49,7 +48,7 @@ def test_spread_excesses_fit_like_the_unrounded_ones(xi):
         ("rounded", _rounded(tail, step)),
         ("spread", dequantize.spread_ties(_rounded(tail, step))),
     ):
-        u, ex, mask = hardness.excesses(t, 0.95)
+        u, ex, mask = evt.excesses(t, 0.95)
         fits[name] = np.asarray(gpd.fit_batch(ex, mask).xi)
     scipy_xi = [stats.genpareto.fit(t[:200] - t[200], floc=0)[0] for t in tail.astype(float)]
     assert np.mean(fits["exact"]) == pytest.approx(np.mean(scipy_xi), abs=0.03)
@@ -58,20 +57,18 @@ def test_spread_excesses_fit_like_the_unrounded_ones(xi):
     assert spread_err < 0.02 and rounded_err > 3 * spread_err
 
 
-def test_float16_scores_predict_like_float32_ones(monkeypatch):
+def test_float16_scores_predict_like_float32_ones():
     bench = simulate.make_benchmark(300, family="kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=1)
     sc = d.scores
     half = simulate.rounded(sc, np.float16)
     assert np.unique(half.tail_scores[0]).size < 0.5 * half.tail_scores.shape[1]  # ties
-    cfg = default.get_config()
 
-    def predicted(scores):
-        h = hardness.estimate(scores, cfg, "mean")
-        return predict.per_query_ap(h, bench.n_pool, 1000, scores.fixed_counts, scores).mean()
+    def predicted(scores, settings=TailSettings()):
+        h = evt.estimate(scores, settings, "mean")
+        return evaluate.per_query_ap(h, bench.n_pool, 1000, scores.fixed_counts, scores).mean()
 
     reference, spread = predicted(sc), predicted(half)
-    monkeypatch.setattr(dequantize, "TIE_SHARE", np.inf)  # no row counts as rounded
-    raw = predicted(half)
+    raw = predicted(half, TailSettings(tie_share=np.inf))  # no row counts as rounded
     assert abs(spread - reference) < 0.003
     assert raw - reference > 0.01  # the pile-up reads as a short tail: mAP too high

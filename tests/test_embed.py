@@ -16,6 +16,7 @@ from configs import embed as embed_config
 from tailaware import models
 from tailaware.core import sampling
 from tailaware.data import preprocess
+from tailaware.embed import embedder
 from tailaware.io import features
 from tailaware.jobs import embed
 from tests.test_data import jpeg, make_core, write_tar
@@ -39,12 +40,12 @@ def _tiny_config(**embed_fields):
 def test_embedder_matches_the_model_image_by_image():
     c = _tiny_config()
     module, variables, pre = embed.build_model(c.model, c.embed)
-    embedder = embed.Embedder(module, variables, pre, batch_size=4, workers=2)
-    assert embedder.mesh.size == 2  # data-parallel over both CPU devices
+    images = embedder.Embedder(module, variables, pre, batch_size=4, workers=2)
+    assert images.mesh.size == 2  # data-parallel over both CPU devices
     # Four distinct patch grids (one reference compile each) in two buckets.
     sizes = [(40, 30), (30, 40), (50, 50), (41, 30), (44, 31), (45, 35), (33, 44)]
     examples = [(f"img{k}", jpeg(h, w, seed=k)) for k, (h, w) in enumerate(sizes)]
-    ids, feats = embedder.embed(examples)
+    ids, feats = images.embed(examples)
     assert ids == [i for i, _ in examples]  # input order, whatever the buckets
     apply = jax.jit(module.apply)
     for k, (_, image) in enumerate(examples):
@@ -53,7 +54,7 @@ def test_embedder_matches_the_model_image_by_image():
         y = np.asarray(apply(variables, jnp.asarray(x[None, : grid[0] * p, : grid[1] * p]))[0])[0]
         np.testing.assert_allclose(feats[k], y / np.linalg.norm(y), atol=1e-5, err_msg=f"{k}")
     # Mixed aspect ratios, few compiled shapes: one per bucket used, not one per image.
-    assert embedder._jit_step._cache_size() <= len({pre.bucket(pre(b)[1]) for _, b in examples})
+    assert images._jit_step._cache_size() <= len({pre.bucket(pre(b)[1]) for _, b in examples})
 
 
 def _hf_dinov2_checkpoint(path):

@@ -353,7 +353,7 @@ def test_scale_information_matches_finite_differences(x64):
 
 @pytest.mark.parametrize("xi_true, max_tv", [(-0.8, 0.12), (-0.2, 0.02)])
 def test_laplace_marginal_matches_numeric_integration(x64, xi_true, max_tv):
-    # The averaged estimator's weights over xi (`hardness.posterior`): the profile likelihood
+    # The averaged estimator's weights over xi (`evt.posterior`): the profile likelihood
     # times 1 / sqrt(J). They must track the marginal likelihood with the scale integrated out
     # numerically (prior 1 / sigma), in the non-regular range xi <= -1/2 too, where the scale's
     # likelihood is skewed against the support's edge and Laplace is rougher (measured: total
@@ -382,7 +382,7 @@ def test_laplace_marginal_matches_numeric_integration(x64, xi_true, max_tv):
 
 
 def _descending_prefix(y, width):
-    """Returns (y sorted descending then zero padded to `width`, mask) as `hardness.excesses`."""
+    """Returns (y sorted descending then zero padded to `width`, mask) as `evt.excesses`."""
     out = np.zeros(width)
     out[: y.size] = -np.sort(-y)
     return out, np.arange(width) < y.size

@@ -7,16 +7,14 @@ identity that holds to rounding.
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from tailaware.core import law
-from tailaware.jobs import demo, predict
+from tailaware.core import evaluate, law
 from tailaware.sim import synthetic
-from tailaware.tail import estimators, sensitivity
-from tailaware.tail import evt as hardness_lib
+from tailaware.tail import estimators, evt, sensitivity
+from tailaware.tail.settings import TailSettings
 
 Q, P = 6, 5
 N, K = 5e4, 100.0
@@ -290,24 +288,21 @@ def test_blind_response_prices_unseen_positives_at_the_floor(x64):
 def tiny_benchmark():
     """A 12-query synthetic benchmark scored against 30k distractors, with a 20% sample."""
     bench = synthetic.make_benchmark(12, 1, 4, 30_000, 32, seed=1)
-    truth, scores = demo.score(bench, [30_000], 0.2, 400, seed=1)
-    config = ml_collections.ConfigDict(
-        {"k": 100, "evt": {"top_m": 400, "threshold_quantile": 0.9, "min_count": 5}}
-    )
-    return scores, config
+    truth, scores = synthetic.score(bench, [30_000], 0.2, 400, seed=1)
+    return scores, TailSettings(top_m=400, threshold_quantile=0.9)
 
 
 @pytest.mark.parametrize("name", ["count", "evt"])
 def test_analyze_agrees_with_the_prediction(tiny_benchmark, name):
-    scores, config = tiny_benchmark
-    hard = estimators.get(name)(scores, config)
-    rep = sensitivity.analyze(scores, hard, 30_000, config.k, truncation="hard")
+    scores, settings = tiny_benchmark
+    hard = estimators.get(name)(scores, settings)
+    rep = sensitivity.analyze(scores, hard, 30_000, 100, truncation="hard")
     # The analysis differentiates the expected-rank map (the prediction's smooth surrogate).
     fixed = np.where(hard.mask, scores.fixed_counts, 0).astype(np.float32)
     _, want = law.map_at_k(hard.x.astype(np.float32), hard.mask, 30_000.0, 100.0, fixed)
     np.testing.assert_allclose(np.asarray(rep.gradients.aps), want, rtol=1e-5, atol=1e-7)
     # ... which stays within the Jensen gap of the predicted E[AP] (small at N = 30k here).
-    pred = predict.per_query_ap(hard, 30_000, config.k, scores.fixed_counts, scores)
+    pred = evaluate.per_query_ap(hard, 30_000, 100, scores.fixed_counts, scores)
     assert abs(float(np.mean(want)) - float(np.mean(pred))) < 0.02
     assert np.isfinite(float(rep.uncertainty.sd)) and float(rep.uncertainty.sd) > 0.0
     assert (rep.tail is None) == (name == "count")
@@ -319,21 +314,22 @@ def test_analyze_agrees_with_the_prediction(tiny_benchmark, name):
 
 @pytest.mark.slow  # compiles the tail fit and its implicit derivative in float64
 def test_score_gradients_through_the_fitter(tiny_benchmark, x64):
-    scores, config = tiny_benchmark
-    hard = estimators.get("evt")(scores, config)
-    q = config.evt.threshold_quantile
+    scores, settings = tiny_benchmark
+    hard = estimators.get("evt")(scores, settings)
     tail = jnp.asarray(scores.tail_scores, jnp.float64)
     pos = jnp.asarray(scores.pos_scores, jnp.float64)
     x, mask, tp = jnp.asarray(hard.x), jnp.asarray(hard.mask), jnp.asarray(hard.tail_priced)
     s = float(scores.n_sample)
-    d_pos, d_tail = sensitivity.score_gradients(pos, tail, s, x, tp, mask, 3e4, 100.0, None, q)
+    d_pos, d_tail = sensitivity.score_gradients(
+        pos, tail, s, x, tp, mask, 3e4, 100.0, None, settings
+    )
     assert np.isfinite(np.asarray(d_pos)).all() and np.isfinite(np.asarray(d_tail)).all()
     # A raised tail score makes the tail heavier and mAP lower, somewhere.
     assert float(jnp.sum(d_tail)) < 0.0
 
     @jax.jit
     def f(t):
-        log_x = hardness_lib.log_tail_prob(pos, t, s, q, "mle")
+        log_x = evt.log_tail_prob(pos, t, s, settings, "mle")
         xt = jnp.where(tp & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, 3e4, 100.0, None, "smooth", 1.0)[0]
 
@@ -348,9 +344,9 @@ def test_score_gradients_through_the_fitter(tiny_benchmark, x64):
 def test_analyze_differentiates_only_a_plug_in_tail(tiny_benchmark):
     # A tail that is not the plug-in fit (as evt_averaged's average over xi) is not
     # differentiated as one.
-    scores, config = tiny_benchmark
-    hard = estimators.get("evt")(scores, config)
+    scores, settings = tiny_benchmark
+    hard = estimators.get("evt")(scores, settings)
     hard = hard._replace(x=np.where(hard.tail_priced, 2.0 * hard.x + 1e-7, hard.x))
-    rep = sensitivity.analyze(scores, hard, 30_000, config.k)
+    rep = sensitivity.analyze(scores, hard, 30_000, 100)
     assert rep.tail is None and bool(np.any(np.asarray(rep.tail_priced)))
     assert np.isfinite(float(rep.uncertainty.sd))

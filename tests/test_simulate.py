@@ -122,6 +122,6 @@ def test_truth_mean_matches_the_binomial_law():
     m = bench.mask
     ratio = d.truth_counts[m].sum() / (bench.x[m] * bench.n_pool).sum()
     assert abs(ratio - 1.0) < 0.02
-    assert simulate.true_map(d.truth_counts, 1000) == pytest.approx(
+    assert metrics.map_from_counts(d.truth_counts, 1000) == pytest.approx(
         float(metrics.ap_at_k_from_counts(d.truth_counts, m, 1000).mean())
     )

@@ -40,19 +40,19 @@ class Group(NamedTuple):
     cols: jax.Array
 
 
-def groups(mask) -> tuple[Group, ...] | None:
+def groups(mask, max_share: float = MAX_SHARE) -> tuple[Group, ...] | None:
     """Returns the groups of queries of the [Q, P] positives `mask`, or None for one group.
 
     A query with n positives goes to the group of width min(P, max(MIN_WIDTH, 2^ceil(log2 n))).
     None (no split) when every query falls into one group or the groups would keep more than
-    `MAX_SHARE` of the Q x P slots.
+    `max_share` of the Q x P slots (0: never split).
     """
     mask = np.asarray(mask, bool)
     q, p = mask.shape
     n = np.maximum(mask.sum(axis=1), 1)
     width = np.minimum(p, np.maximum(MIN_WIDTH, 2 ** np.ceil(np.log2(n)).astype(np.int64)))
     values = np.unique(width)
-    if len(values) < 2 or width.sum() > MAX_SHARE * q * p:
+    if len(values) < 2 or width.sum() > max_share * q * p:
         return None
     order = np.argsort(~mask, axis=1, kind="stable")  # real positives first, in their order
     out = []

@@ -38,6 +38,7 @@ def per_query_ap(
     fixed: np.ndarray,
     sample=None,
     priors: bool = False,
+    max_share: float = buckets.MAX_SHARE,
 ) -> np.ndarray:
     """Returns the predicted AP@k [Q] of every query at gallery size n (float64 numpy).
 
@@ -51,7 +52,8 @@ def per_query_ap(
     estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
     `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it conditions on
     the sample's own counts (the gallery contains the sample). Queries with many more positives
-    than the rest are evaluated in groups of their own width (`buckets`).
+    than the rest are evaluated in groups of their own width (`buckets.groups`, with `max_share`;
+    0: never, the padded arrays in one call).
     """
     mask = hardness.mask
     x = hardness.x if hardness.atoms is None else hardness.atoms
@@ -76,7 +78,7 @@ def per_query_ap(
         counts,
         s,
         law.rank_table(int(k)),
-        buckets.groups(mask),
+        buckets.groups(mask, max_share),
     )
     aps = np.asarray(jax.device_get(aps), np.float64)
     if priors and w is None:  # a point estimate: no other priors

@@ -171,6 +171,7 @@ def nested_bootstrap(
     num_replicates: int,
     seed: int = 0,
     batch_size: int = 1,
+    max_share: float = buckets.MAX_SHARE,
 ) -> Nested | None:
     """Returns nested-bootstrap replicates of mAP@k at each gallery size, or None.
 
@@ -190,6 +191,8 @@ def nested_bootstrap(
         20 atoms, 50 replicates: 22 s and 0.8 GB peak at 1, 22 s / 1.0 GB at 2, 27 s / 1.6 GB
         at 4, 27 s / 2.4 GB at 8; with 60 positive slots 147 s / 1.7 GB at 1, 170 s / 8.9 GB
         at 8); results do not depend on it.
+      max_share: queries are evaluated in groups of their own positive width (`buckets.groups`;
+        0: never); results do not depend on it.
     """
     fn = functional.hardness_fn(estimator, settings)
     if fn is None:
@@ -200,7 +203,7 @@ def nested_bootstrap(
         *c[:6],
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         law.rank_table(int(k)),
-        buckets.groups(c.mask),
+        buckets.groups(c.mask, max_share),
         k=int(k),
         fn=fn,
         num_replicates=int(num_replicates),

@@ -9,7 +9,7 @@ scores move the prediction by +0.010 at a 5% sample and +0.016 at 1% (float32 sc
 +0.007 from the truth).
 
 A rounded value v stands for a true score in (v - d/2, v + d/2], d the grid step. Where a row's
-kept scores are visibly rounded (more than `TIE_SHARE` of them equal their neighbour), each run
+kept scores are visibly rounded (more than `tie_share` of them equal their neighbour), each run
 of t equal values is spread evenly over that interval, at v + d (1/2 - (i + 1/2) / t) for
 i = 0 .. t - 1, with d the row's smallest gap between distinct values (its grid step; where
 float16 scores cross a power of two, the finer step: a run then covers half its bin). The top
@@ -19,7 +19,7 @@ simulator, queries whose top 200 scores span under 10 float16 steps: -0.014 of m
 with the top run kept at or below v, +0.0001). The descending order and the stored values'
 bins are kept; the file and every positive's count are untouched (the spreading is the
 estimator's view of the tail only), and continuous scores (float32 similarities tie only
-occasionally, well under `TIE_SHARE`) are returned as they are.
+occasionally, well under `TIE_SHARE`, the default) are returned as they are.
 """
 
 import numpy as np
@@ -30,17 +30,17 @@ import numpy as np
 TIE_SHARE = 0.05
 
 
-def spread_ties(tail: np.ndarray) -> np.ndarray:
+def spread_ties(tail: np.ndarray, tie_share: float = TIE_SHARE) -> np.ndarray:
     """Returns `tail` [Q, M] (descending, -inf padded) with rounded rows' ties spread.
 
-    Rows with at most `TIE_SHARE` ties, and runs without a distinct neighbour (a row of one
-    repeated value), are left as they are. float32 in, float32 out.
+    Rows with at most a share `tie_share` of ties (inf: every row), and runs without a distinct
+    neighbour (a row of one repeated value), are left as they are. float32 in, float32 out.
     """
     tail = np.asarray(tail, np.float32)
     finite = np.isfinite(tail)
     tied = np.zeros_like(finite)
     tied[:, 1:] = finite[:, 1:] & (tail[:, 1:] == tail[:, :-1])
-    rounded = tied.sum(axis=1) > TIE_SHARE * np.maximum(finite.sum(axis=1), 1)
+    rounded = tied.sum(axis=1) > tie_share * np.maximum(finite.sum(axis=1), 1)
     if not rounded.any():
         return tail
     rows = np.flatnonzero(rounded)

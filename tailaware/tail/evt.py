@@ -404,7 +404,7 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
 
 def _host_inputs(scores: SampledScores, settings: TailSettings):
     """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S)."""
-    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)])
+    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)], settings.tie_share)
     counts = np.where(scores.mask, scores.pos_counts, 0)
     pos = np.asarray(scores.pos_scores, np.float32)
     return pos, tail, counts, float(scores.n_sample)

@@ -133,7 +133,9 @@ def core(
     m_s = _kept(scores, top_m)
     keep = min(int(round(_n_excess(settings, m_s) * width / k_ref)), m_s, width)
     tail = np.full((scores.num_queries, width), -np.inf, np.float32)
-    tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s])[:, :keep]
+    tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s], settings.tie_share)[
+        :, :keep
+    ]
     mask = scores.mask
     return Core(
         jnp.asarray(tail),

@@ -1,15 +1,18 @@
 """Tests of the tail-aware hardness estimators against numpy/scipy transcriptions of eq. (B.1)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from configs import default
+from tailaware.core.results import Hardness
 from tailaware.io.scores import make_scores
-from tailaware.tail import estimators
-from tailaware.tail import evt as hardness
+from tailaware.sim import simulate
+from tailaware.tail import estimators, evt
+from tailaware.tail.settings import TailSettings
 
 # 48 queries (16 draws from each of 3 laws), S = 50k, top M = 1000, P = 5 positives (padded).
 LAWS = [stats.beta(a, b, loc=-1, scale=2) for a, b in ((31.5, 31.5), (40, 60), (8, 12))]
@@ -18,12 +21,8 @@ Q, S, M = 48, 50_000, 1_000
 X_TRUE = np.array([1e-3, 4e-5, 1e-5, 1e-6, 1e-7])
 
 
-def _config(**evt):
-    c = default.get_config()
-    c.evt.top_m = M
-    for k, v in evt.items():
-        c.evt[k] = v
-    return c
+def _settings(**fields) -> TailSettings:
+    return TailSettings(**{"top_m": M, **fields})
 
 
 def _top_scores(rng, law, r, s, m):
@@ -48,12 +47,12 @@ def scores():
 
 @pytest.fixture(scope="module")
 def results(scores):
-    return hardness.evt(scores, _config()), hardness.evt_averaged(scores, _config())
+    return evt.evt(scores, _settings()), evt.evt_averaged(scores, _settings())
 
 
 def test_evt_hardness_follows_eq_b1(scores, results):
     h, _ = results
-    assert isinstance(h, estimators.Hardness)
+    assert isinstance(h, Hardness)
     assert h.x.dtype == np.float64 and h.x.shape == scores.pos_scores.shape
     np.testing.assert_array_equal(h.mask, scores.mask)
     assert np.all(h.x[~h.mask] == 0) and not h.tail_priced[~h.mask].any()
@@ -99,10 +98,10 @@ def test_evt_hardness_follows_eq_b1(scores, results):
 
 def _posterior_mean_reference(y_exc, y_pos, s):
     """numpy/scipy transcription of the averaged tail, scales by scipy's bounded optimiser."""
-    xis = np.linspace(hardness.XI_MIN, 0, hardness.XI_GRID_SIZE)
-    w = np.ones(hardness.XI_GRID_SIZE)
+    xis = np.linspace(evt.XI_MIN, 0, evt.XI_GRID_SIZE)
+    w = np.ones(evt.XI_GRID_SIZE)
     w[[0, -1]] = 0.5
-    w = w * np.exp(hardness.XI_TILT * xis)  # the prior's lean towards longer tails
+    w = w * np.exp(TailSettings().xi_tilt * xis)  # the prior's lean towards longer tails
     lls, sigmas = [], []
     for xi in xis:
         lo = max(-xi * y_exc.max(), 1e-9) * (1 + 1e-12)
@@ -174,25 +173,17 @@ def test_accuracy_far_in_the_tail(scores, results):
         assert np.mean(np.isneginf(err_mle)) > 0.05
 
 
-def test_config_fields_are_read(scores, results, monkeypatch):
+def test_settings_are_read(scores, results):
     base, _ = results
-    counts_only = hardness.evt(scores, _config(min_count=0))
+    counts_only = evt.evt(scores, _settings(min_count=0))
     assert not counts_only.tail_priced.any()
     np.testing.assert_allclose(counts_only.x, np.where(scores.mask, scores.pos_counts, 0) / S)
-    fewer = hardness.evt(scores, _config(min_count=1))
+    fewer = evt.evt(scores, _settings(min_count=1))
     np.testing.assert_array_equal(fewer.tail_priced, scores.mask & (scores.pos_counts < 1))
     assert fewer.tail_priced.sum() < base.tail_priced.sum()
-    # top_m and threshold_quantile reach the JAX core (spied, to spare a compilation).
-    seen = {}
-
-    def spy(pos, tail, s, q, method, reruns):
-        seen.update(width=tail.shape[1], q=q, method=method, reruns=reruns)
-        raise RuntimeError("spied")
-
-    monkeypatch.setattr(hardness, "_estimate_jit", spy)
-    with pytest.raises(RuntimeError, match="spied"):
-        hardness.evt_averaged(scores, _config(top_m=500, threshold_quantile=0.9))
-    assert seen == {"width": 500, "q": 0.9, "method": "mean", "reruns": False}
+    # top_m and threshold_quantile reach the JAX core: 10% of the top 500 are the excesses.
+    info = evt.evt_averaged(scores, _settings(top_m=500, threshold_quantile=0.9)).info
+    np.testing.assert_array_equal(info["n_exceed"], 50)
 
 
 def test_posterior_reads_short_and_long_bounded_tails():
@@ -204,9 +195,9 @@ def test_posterior_reads_short_and_long_bounded_tails():
     y = stats.genpareto.rvs(true_xi[:, None], scale=0.05, size=(80, 4000), random_state=rng)
     tail = -np.sort(-(0.3 + y), axis=1).astype(np.float32)
     pos = tail[:, :1] + 0.001
-    posterior = jax.jit(hardness.posterior, static_argnums=3)
-    _, w = posterior(jnp.asarray(pos), jnp.asarray(tail), 10**5, 0.95)
-    xis, _ = hardness.xi_grid()
+    posterior = jax.jit(evt.posterior, static_argnums=3)
+    _, w = posterior(jnp.asarray(pos), jnp.asarray(tail), 10**5, TailSettings())
+    xis, _ = evt.xi_grid(TailSettings().xi_tilt)
     mean_xi = np.asarray(w) @ np.asarray(xis)
     for xi in (-0.8, -0.3):
         got = mean_xi[true_xi == xi]
@@ -221,9 +212,10 @@ def test_threshold_selection_keeps_gpd_tails():
     law = stats.genpareto(rng.uniform(-0.5, 0.0, (300, 1)), loc=0.2, scale=0.03)  # a row each
     tail = _top_scores(rng, law, 300, 1_000_000, 4000).astype(np.float32)
     tail = -np.sort(-tail, axis=1)
-    select = jax.jit(hardness.select_threshold, static_argnums=1)
-    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail), 0.95))
-    kept = ad[0] <= hardness.AD_CRITICAL
+    critical = TailSettings().ad_critical
+    select = jax.jit(evt.select_threshold, static_argnums=(1, 2))
+    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail), 0.95, critical))
+    kept = ad[0] <= critical
     print(f"default threshold kept for {kept.mean():.3f} of exact GPD tails")
     assert kept.mean() >= 0.97
     # The default threshold is the 201st score; a rejected one moves up (100 or 50 excesses).
@@ -236,30 +228,27 @@ def test_threshold_selection_never_picks_a_threshold_without_excesses():
     # The top 60 scores tied: a quarter of the default excesses (50) would be no excess at all,
     # which would price the tail at rate 0; the selection keeps a threshold below the ties.
     tail = np.concatenate([np.full(60, 0.9), np.linspace(0.8, 0.1, 3940)]).astype(np.float32)
-    select = jax.jit(hardness.select_threshold, static_argnums=1)
-    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail[None]), 0.95))
+    select = jax.jit(evt.select_threshold, static_argnums=(1, 2))
+    u, y, mask, ad = jax.device_get(select(jnp.asarray(tail[None]), 0.95, 2.0))
     assert np.isinf(ad[2, 0]) and mask.sum() >= 60 and u[0] < 0.9
 
 
-def test_threshold_selection_finds_a_cluster_above_the_bulk(monkeypatch):
+def test_threshold_selection_finds_a_cluster_above_the_bulk():
     # The simulator's near-duplicate mixture at a 0.05% sample: ~50 cluster scores sit far above
     # the other 150 excesses of the default threshold, whose GPD fit (xi ~ 0, a long tail) then
     # over-prices every positive. The selected threshold fits the cluster alone.
-    from tailaware.sim import simulate
-
     bench = simulate.make_benchmark(60, family="mixture", seed=0, **simulate.REGIMES["paper"])
     sc = simulate.draw(bench, 0.0005, 4000, seed=0).scores
     pos = jnp.asarray(np.where(sc.mask, sc.pos_scores, np.nan), jnp.float32)
     tail = jnp.asarray(sc.tail_scores)
 
-    def log10_x():  # a fresh function is traced anew: it reads AD_CRITICAL as it is now
-        fn = jax.jit(lambda p, t: hardness._posterior(p, t, float(sc.n_sample), 0.95))
+    def log10_x(settings):
+        fn = jax.jit(lambda p, t: evt._posterior(p, t, float(sc.n_sample), settings))
         atoms, weights, n_u, _ = jax.device_get(fn(pos, tail))
-        return np.asarray(hardness._log_mean(atoms, weights)) / np.log(10), n_u
+        return np.asarray(evt._log_mean(atoms, weights)) / np.log(10), n_u
 
-    selected, n_u = log10_x()
-    monkeypatch.setattr(hardness, "AD_CRITICAL", np.inf)  # every default threshold passes
-    fixed, n_fixed = log10_x()
+    selected, n_u = log10_x(TailSettings())
+    fixed, n_fixed = log10_x(TailSettings(ad_critical=np.inf))  # every default threshold passes
     priced = sc.mask & (sc.pos_counts < 5) & (bench.x > 0)
     truth = np.log10(np.where(priced, bench.x, 1.0))
     err = {k: np.median(np.abs(v - truth)[priced]) for k, v in (("sel", selected), ("fix", fixed))}
@@ -275,7 +264,7 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk(monkeypatch):
 
 def test_excesses_threshold_rule():
     tail = jnp.asarray([[0.9, 0.8, 0.8, 0.7, 0.6, 0.5] + [0.4] * 14, [0.5] * 3 + [-jnp.inf] * 17])
-    u, y, mask = hardness.excesses(tail, 0.5)
+    u, y, mask = evt.excesses(tail, 0.5)
     # Row 0: m = 20, k = 10 -> u is the 11th largest; ties at u are not excesses.
     # Row 1: 3 finite scores -> k = 2, all tied: no excess.
     np.testing.assert_allclose(u, [0.4, 0.5])
@@ -303,8 +292,8 @@ def test_small_samples_and_short_rows():
         tail[:, :s] = -np.sort(-rng.uniform(-0.2, 0.4, (2, s)), axis=1)
         pos = np.asarray([[0.5, 0.3, 0.2, 0.1, 0.0], [0.1, np.nan, np.nan, np.nan, np.nan]])
         sc = _scores_like_fixture(tail, pos, s)
-        for fn in (hardness.evt, hardness.evt_averaged):
-            h = fn(sc, _config())
+        for fn in (evt.evt, evt.evt_averaged):
+            h = fn(sc, _settings())
             assert not np.isnan(h.x).any()
             assert np.all((h.x >= 0) & (h.x <= 1))
             for v in h.info.values():
@@ -326,9 +315,9 @@ def test_gradients_are_finite_and_match_finite_differences(scores, x64):
     rng = np.random.default_rng(3)
     d_pos = jnp.asarray(rng.standard_normal(pos.shape))
     d_tail = jnp.asarray(rng.uniform(0.5, 1.0, tail.shape))  # keeps the kept scores' order
-    for method in hardness.METHODS:
+    for method in evt.METHODS:
         f = lambda p, t, method=method: jnp.sum(
-            jnp.exp(hardness.log_tail_prob(p, t, float(S), 0.95, method))
+            jnp.exp(evt.log_tail_prob(p, t, float(S), TailSettings(), method))
         )
         g_pos, g_tail = jax.jit(jax.grad(f, argnums=(0, 1)))(pos, tail)
         assert np.all(np.isfinite(np.asarray(g_pos))) and np.all(np.isfinite(np.asarray(g_tail)))
@@ -350,7 +339,7 @@ def test_threshold_stability_flags_a_changing_tail():
     changing_tail = -np.sort(-bump)[:M]
     pos = np.full((2, 5), 0.6)
     sc = _scores_like_fixture(np.stack([stable_tail, changing_tail]), pos, s)
-    info = hardness.evt(sc, _config()).info
+    info = evt.evt(sc, _settings()).info
     np.testing.assert_array_equal(info["stable"][:2], [True, False])
 
 
@@ -359,8 +348,8 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # Half and twice the excesses over the q = 0.95 threshold are the thresholds of q = 0.975
     # and q = 0.9: the reruns (one vmapped program with the estimate) against the estimator run
     # at those quantiles; the estimate itself is the one computed without reruns.
-    got = hardness.estimate(scores, _config(), hardness.ESTIMATOR_METHODS[name], reruns=True)
-    alone = estimators.get(name)(scores, _config())
+    got = evt.estimate(scores, _settings(), evt.ESTIMATOR_METHODS[name], reruns=True)
+    alone = estimators.get(name)(scores, _settings())
     assert alone.reruns == ()
     np.testing.assert_allclose(got.x, alone.x, rtol=1e-4, atol=1e-12)  # float32 rounding
     np.testing.assert_array_equal(got.tail_priced, alone.tail_priced)
@@ -368,7 +357,7 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
         np.testing.assert_allclose(got.weights, alone.weights, rtol=1e-4, atol=1e-7)
     half, double = got.reruns
     for rerun, q in ((half, 0.975), (double, 0.9)):
-        ref = estimators.get(name)(scores, _config(threshold_quantile=q))
+        ref = estimators.get(name)(scores, _settings(threshold_quantile=q))
         np.testing.assert_array_equal(rerun.tail_priced, ref.tail_priced)
         np.testing.assert_allclose(rerun.x, ref.x, rtol=1e-3, atol=1e-12)  # padding: rounding
         assert (ref.atoms is None) == (name == "evt")
@@ -377,18 +366,19 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     assert (got.prior_weights is None) == (name == "evt") and alone.prior_weights is None
 
 
-def test_prior_reruns_are_the_posterior_under_the_other_priors(scores, monkeypatch):
-    # The re-weighted posterior (float64, from the weights under exp(XI_TILT xi)) against the
-    # posterior computed afresh with the prior exp(t xi) for t = XI_TILT -/+ PRIOR_SPREAD.
-    got = hardness.estimate(scores, _config(), "mean", reruns=True)
+def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
+    # The re-weighted posterior (float64, from the weights under exp(t xi)) against the
+    # posterior computed afresh with the prior exp(t' xi) for t' = t -/+ the prior's spread.
+    settings = _settings()
+    got = evt.estimate(scores, settings, "mean", reruns=True)
     flat, steep = got.prior_weights
-    pos, tail, _, s, q = hardness._host_inputs(scores, _config().evt)
-    tilt = hardness.XI_TILT
-    for weights, t in ((flat, tilt - hardness.PRIOR_SPREAD), (steep, tilt + hardness.PRIOR_SPREAD)):
-        monkeypatch.setattr(hardness, "XI_TILT", t)
-        _, ref = hardness.posterior(pos, tail, s, q)  # eager: reads the patched prior
+    pos, tail, _, s = evt._host_inputs(scores, settings)
+    tilt, spread = settings.xi_tilt, settings.prior_spread
+    for weights, t in ((flat, tilt - spread), (steep, tilt + spread)):
+        other = dataclasses.replace(settings, xi_tilt=t)
+        _, ref = evt.posterior(pos, tail, s, other)
         np.testing.assert_allclose(weights, ref, rtol=2e-3, atol=1e-7)
     # A flatter prior weighs shorter tails more: every query's posterior mean of xi is lower.
-    xis = np.linspace(hardness.XI_MIN, 0.0, hardness.XI_GRID_SIZE)
+    xis = np.linspace(evt.XI_MIN, 0.0, evt.XI_GRID_SIZE)
     mean_xi = [w @ xis for w in (flat, got.weights, steep)]
     assert (np.diff(mean_xi, axis=0) > 0).all()

@@ -1,12 +1,19 @@
 """Paired comparison: sign, probability and resolution against cases with a known answer."""
 
 import dataclasses
+import json
 
+import ml_collections
 import numpy as np
 import pytest
 
-from tailaware.jobs import compare
-from tailaware.protocol import bootstrap
+from configs import compare as compare_config
+from tailaware.core.results import Interval, Prediction
+from tailaware.jobs import compare as compare_job
+from tailaware.protocol import comparison as compare
+from tailaware.protocol import prediction, schema
+from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
+from tailaware.sim import simulate
 
 
 def test_sign_and_probability():
@@ -42,9 +49,14 @@ def test_no_difference_is_not_resolved_and_margin_scales():
         compare.paired(a, b[:-1])
 
 
+def _pred(m, **maps) -> Prediction:
+    interval = Interval("query", 0.0, None, None, 0.0, 0.0, 0.0, None, None, **maps)
+    return Prediction(m, "evt", 1, 1, 1, np.zeros(1), {}, interval=interval)
+
+
 def test_paired_deviation_of_the_difference():
     def pred(m, half, double):
-        return {"map": m, "uncertainty": {"threshold_maps": [half, double]}}
+        return _pred(m, threshold_maps=(half, double))
 
     # Both estimates move alike with the threshold: the difference does not move.
     assert compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (
@@ -54,10 +66,11 @@ def test_paired_deviation_of_the_difference():
     got = compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
     assert got == pytest.approx(0.04)
     # Without reruns (an estimator without a tail model, or an older file): no term.
-    assert compare.paired_deviation({"map": 0.5}, pred(0.4, 0.39, 0.41)) == 0.0
-    assert compare.paired_deviation(pred(0.5, 0.5, 0.5), {"map": 0.4, "uncertainty": {}}) == 0
+    no_interval = Prediction(0.5, "count", 1, 1, 1, np.zeros(1), {})
+    assert compare.paired_deviation(no_interval, pred(0.4, 0.39, 0.41)) == 0.0
+    assert compare.paired_deviation(pred(0.5, 0.5, 0.5), _pred(0.4)) == 0
     # The prior reruns pair the same way.
-    priors = lambda m, flat, steep: {"map": m, "uncertainty": {"prior_maps": [flat, steep]}}
+    priors = lambda m, flat, steep: _pred(m, prior_maps=(flat, steep))
     got = compare.paired_deviation(priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps")
     assert got == pytest.approx(0.01)
     assert compare.paired_deviation(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
@@ -69,7 +82,7 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
     plain = compare.paired(a, base, 4000)
     wide = compare.paired(a, base, 4000, deviation=0.01)
-    expected = np.hypot(plain["sd"], bootstrap.THRESHOLD_SD * 0.01)
+    expected = np.hypot(plain["sd"], IntervalSettings().threshold_sd * 0.01)
     assert wide["sd"] == pytest.approx(expected, rel=0.05)
     assert wide["difference"] == plain["difference"]
     assert wide["p_a_beats_b"] < plain["p_a_beats_b"]
@@ -77,30 +90,20 @@ def test_paired_adds_the_threshold_term_in_quadrature():
 
 
 def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
-    import json
-
-    import ml_collections
-
-    from configs import compare as compare_config
-    from configs import default
-    from tailaware.jobs import predict
-    from tailaware.sim import simulate
-
     bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
     bench_b = simulate.second_system(bench_a, seed=1)
-    config = default.get_config()
-    config.protocol.nested_replicates = 20
+    settings = PredictSettings(protocol=ProtocolSettings(nested_replicates=20))
     preds = []
     for i, bench in enumerate((bench_a, bench_b)):
         scores = simulate.draw(bench, 0.01, 4000, seed=10 + i).scores
         ids = np.asarray([f"q{j}" for j in range(scores.num_queries)])
         scores = dataclasses.replace(scores, query_ids=ids)
-        preds.append(predict.predict(scores, config, bench.n_pool))
+        preds.append(schema.prediction_json(prediction.predict(scores, settings, bench.n_pool)))
         with open(tmp_path / f"{'ab'[i]}.json", "w") as f:
-            json.dump(preds[-1], f, default=float)
+            json.dump(preds[-1], f)
     cfg = compare_config.get_config()
     cfg.a, cfg.b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
-    compare.run(cfg, str(tmp_path / "w"))
+    compare_job.run(cfg, str(tmp_path / "w"))
     with open(tmp_path / "w" / "comparison.json") as f:
         out = json.load(f)
     a, b = preds
@@ -111,15 +114,16 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
     expect = np.sqrt(sd_pairs**2 + sd_d[0] ** 2 + sd_d[1] ** 2)
-    expect = np.hypot(expect, bootstrap.THRESHOLD_SD * out["threshold_deviation"])
+    expect = np.hypot(expect, IntervalSettings().threshold_sd * out["threshold_deviation"])
     assert out["sd"] == pytest.approx(expect, rel=0.1)
 
     # Predictions of other queries, or at another N, are refused by name.
-    b_other = dict(b, query_ids=list(reversed(b["query_ids"])))
+    typed_a, typed_b = (schema.prediction_from_json(p) for p in preds)
+    b_other = typed_b._replace(query_ids=typed_b.query_ids[::-1])
     with pytest.raises(ValueError, match="'query_ids': query 0"):
-        compare.predictions(a, b_other)
+        compare.compare(typed_a, b_other)
     with pytest.raises(ValueError, match="'n_target'"):
-        compare.predictions(a, dict(b, n_target=10**9))
+        compare.compare(typed_a, typed_b._replace(n_target=10**9))
     bad = ml_collections.ConfigDict(dict(cfg, b=str(tmp_path / "missing.json")))
     with pytest.raises(ValueError, match="missing.json: not a readable prediction.json"):
-        compare.run(bad, str(tmp_path / "w2"))
+        compare_job.run(bad, str(tmp_path / "w2"))

@@ -1,0 +1,45 @@
+"""The estimators as traced functions: they agree with the estimators on files, padded or not."""
+
+import numpy as np
+import pytest
+
+from tailaware.core import evaluate
+from tailaware.io import scores
+from tailaware.sim import simulate
+from tailaware.tail import estimators, functional
+from tailaware.tail.settings import TailSettings
+
+Q = 120
+
+
+@pytest.mark.parametrize(
+    "name", ["count", "homogeneous", pytest.param("evt", marks=pytest.mark.slow)]
+)
+def test_core_agrees_with_the_estimator(name):
+    settings = TailSettings(top_m=400)
+    bench = simulate.make_benchmark(Q, 10**7, seed=4)
+    sc = simulate.draw(bench, 0.01, 400, seed=5).scores
+    fn = estimators.get(name)
+    want = evaluate.per_query_ap(fn(sc, settings), 1e7, 100, sc.fixed_counts, sc)
+    got, _ = functional.core_predict(functional.core(sc, settings), name, settings, 100, [1e7])
+    np.testing.assert_allclose(got[0], want, atol=2e-6)
+
+
+def test_core_reads_only_the_real_scores_of_a_padded_file():
+    # A file may store more columns than S (-inf padded): the nested bootstrap's core must put
+    # the threshold where the estimator does, so both files predict the same.
+    c = TailSettings()
+    bench = simulate.make_benchmark(40, 10**7, seed=4)
+    sc = simulate.draw(bench, 5e-5, 4000, seed=5).scores
+    assert sc.n_sample < 4000 and sc.tail_scores.shape[1] == sc.n_sample
+    tail = np.full((sc.num_queries, 4000), -np.inf, np.float32)
+    tail[:, : sc.n_sample] = sc.tail_scores
+    padded = scores.make_scores(
+        tail, sc.pos_scores, sc.pos_counts, sc.n_sample, sc.fixed_counts, source="padded"
+    )
+    want, _ = functional.core_predict(functional.core(sc, c), "evt_averaged", c, 100, [1e7])
+    got, _ = functional.core_predict(functional.core(padded, c), "evt_averaged", c, 100, [1e7])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    h = estimators.get("evt_averaged")(padded, c)
+    point = evaluate.per_query_ap(h, 1e7, 100, sc.fixed_counts, sc)
+    np.testing.assert_allclose(got[0], point, atol=2e-5)

@@ -1,0 +1,99 @@
+"""A prediction from a sampled-scores file: its fields, and the summary's warnings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tailaware.core.results import Hardness
+from tailaware.io import scores
+from tailaware.protocol import diagnostics, intervals, prediction, schema
+from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
+from tailaware.sim import simulate
+
+
+def _sample(num_queries, n_pool, **protocol):
+    """Returns (settings at k = 100 with these protocol settings, benchmark, a 1% sample)."""
+    cfg = PredictSettings(k=100, protocol=ProtocolSettings(**protocol))
+    bench = simulate.make_benchmark(num_queries, n_pool, seed=0)
+    return cfg, bench, simulate.draw(bench, 0.01, 200, seed=1).scores
+
+
+@pytest.mark.slow
+def test_prediction_fields():
+    cfg, _, sc = _sample(60, 10**7, query_replicates=200, nested_replicates=10, curve_points=7)
+    result = schema.prediction_json(prediction.predict(sc, cfg, 10**7))
+    extra = result
+    lo, hi = extra["ci90"]
+    lo95, hi95 = extra["ci95"]
+    assert lo95 <= lo < result["map"] < hi <= hi95
+    curve = extra["curve"]
+    assert len(curve["n"]) == 7 and curve["n"][0] == 1e3 and curve["n"][-1] == pytest.approx(1e9)
+    assert (np.diff(curve["map"]) <= 1e-9).all()  # never increases with N
+    assert all(a <= m <= b for (a, b), m in zip(curve["ci90"], curve["map"], strict=True))
+    diag = extra["diagnostics"]
+    assert {"budget", "drift", "share_tail_priced", "share_threshold_raised", "summary"} <= set(
+        diag
+    )
+    assert diag["drift"]["checked"] is False and len(diag["budget"]["sizes"]) == 4
+    assert {"at_sample", "count", "homogeneous", "power_law", "log_uniform"} <= set(
+        extra["baselines"]
+    )
+    half, double = extra["uncertainty"]["threshold_maps"]  # the reruns behind the interval
+    dev = max(abs(half - result["map"]), abs(double - result["map"]))
+    assert extra["uncertainty"]["threshold_deviation"] == pytest.approx(dev, abs=1e-6)
+    assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
+    assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
+    json.dumps(extra)  # prediction.json must serialise
+
+
+def test_summary_notes_raised_thresholds():
+    mask = np.ones((3, 2), bool)
+    info = {"n_exceed": np.array([200, 200, 200]), "n_exceed_selected": np.array([200, 100, 50])}
+    h = Hardness(np.full((3, 2), 1e-6), mask, mask, info)
+    share, note = diagnostics.raised_thresholds(h)
+    assert share == pytest.approx(2 / 3) and note.startswith("THRESHOLD RAISED for 2 of 3 queries")
+    only = h._replace(info={"n_exceed": info["n_exceed"]})
+    assert diagnostics.raised_thresholds(only) == (0.0, "")
+    same = {**info, "n_exceed_selected": info["n_exceed"]}
+    assert diagnostics.raised_thresholds(h._replace(info=same)) == (0.0, "")
+
+
+def test_summary_warns_about_a_query_without_a_tail_fit():
+    # One query whose stored scores are all equal (no excess over its threshold) and a sample
+    # of one query (no query noise): the protocol must say so, not crash or stay silent.
+    cfg, bench, sc = _sample(4, 10**6, query_replicates=50, nested_replicates=0, curve_points=3)
+    tail, counts = sc.tail_scores.copy(), sc.pos_counts.copy()
+    tail[1] = tail[1, -1]
+    above = sc.pos_scores[1] > tail[1, 0]
+    real = ~np.isnan(sc.pos_scores[1])
+    counts[1] = np.where(real, np.where(above, 0, np.maximum(counts[1], tail.shape[1])), -1)
+    tied = scores.make_scores(tail, sc.pos_scores, counts, sc.n_sample, source="tied")
+    summary = prediction.predict(tied, cfg, 10**6).diagnostics.summary
+    assert any(line.startswith("TAIL NOT FITTED for 1 of 4 queries") for line in summary)
+    one = scores.make_scores(
+        sc.tail_scores[:1], sc.pos_scores[:1], sc.pos_counts[:1], sc.n_sample, source="one"
+    )
+    result = prediction.predict(one, cfg, 10**6)
+    assert np.isfinite(result.map) and result.diagnostics.budget.noise == 0.0
+    # The tails of a 1% sample are fitted to its top 10 of 200 kept scores of S = 10,000 (rate
+    # 1e-3, at the limit) but of a 0.2% sample to the top 10 of 2,000 (5e-3): only it warns.
+    shallow = lambda r: any(line.startswith("SHALLOW TAIL") for line in r.diagnostics.summary)
+    assert not shallow(result)
+    small = simulate.draw(bench, 0.002, 200, seed=2).scores
+    assert shallow(prediction.predict(small, cfg, 10**6))
+
+
+def test_summary_warns_when_the_prediction_moves_with_the_threshold_or_the_prior():
+    rng = np.random.default_rng(3)
+    reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    s = IntervalSettings()
+    calm = intervals.intervals(0.5, reps, s, deviation=0.005, prior_deviation=0.005)
+    assert diagnostics.model_sensitive(calm, 1000) == []
+    moved = intervals.intervals(0.5, reps, s, deviation=0.03)
+    (note,) = diagnostics.model_sensitive(moved, 1000)
+    assert note.startswith("THRESHOLD SENSITIVE: mAP@1000 moves by 0.0300")
+    assert "sd 0.0" in note
+    both = intervals.intervals(0.5, reps, s, deviation=0.03, prior_deviation=0.02)
+    _, note = diagnostics.model_sensitive(both, 1000)
+    assert note.startswith("PRIOR SENSITIVE: mAP@1000 moves by 0.0200")

@@ -1,0 +1,50 @@
+"""The validate job end to end through launch.py, and the protocol fields of prediction.json."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_validate_job_tiny(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "--config=configs/validate.py",
+            f"--workdir={tmp_path}",
+            "--config.estimator=count",
+            "--config.validate.estimators=('count','homogeneous')",
+            "--config.evt.top_m=200",
+            "--config.k=100",
+            "--config.validate.families=('kumaraswamy',)",
+            "--config.validate.num_queries=40",
+            "--config.validate.n_pool=1000000",
+            "--config.validate.fractions=(0.01,0.05)",
+            "--config.validate.draws=3",
+            "--config.validate.query_replicates=100",
+            "--config.validate.nested_replicates=8",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "validation.json").read_text())
+    cell = res["cells"]["paper/kumaraswamy"]["0.05"]
+    for row in ("count", "homogeneous", "evaluate-at-S", "power_law", "log_uniform"):
+        assert {"bias", "mae"} <= set(cell[row]) and cell[row]["mae"] >= abs(cell[row]["bias"])
+    assert 0.0 <= cell["_coverage"]["ci90"] <= 1.0
+    # Evaluate-at-S and count over-predict, as in the paper: the sample has not seen the tail.
+    assert cell["evaluate-at-S"]["bias"] > cell["count"]["bias"] > 0
+    assert "coverage ci90" in out.stdout and "evaluate-at-S" in out.stdout
+    for png in ("validation_errors.png", "validation_calibration.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
