@@ -30,6 +30,7 @@ demo: $(STAMP_RUN)
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q tests

@@ -14,12 +14,11 @@ Shapes: Q queries, P positive slots (padded, `mask`), D database items.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
 def _xp(*arrays):
-    import jax.numpy as jnp
-
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
 
 
