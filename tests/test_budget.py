@@ -45,17 +45,17 @@ def test_nested_subsamples_are_nested(bench):
 
 def test_verdict():
     ok = budget.verdict([1, 2, 4, 8], [0.60, 0.55, 0.53, 0.525], noise=0.01)
-    assert ok["converged"] and ok["needed_sample"] is None
+    assert ok.converged and ok.needed_sample is None
     # Moves halving each doubling: 0.04 -> 0.02 needs two more doublings to reach 0.005.
     short = budget.verdict([1, 2, 4, 8], [0.70, 0.62, 0.58, 0.56], noise=0.005)
-    assert not short["converged"] and short["needed_sample"] == 32
-    assert short["message"].startswith("SAMPLE TOO SMALL")
+    assert not short.converged and short.needed_sample == 32
+    assert short.message.startswith("SAMPLE TOO SMALL")
     flat = budget.verdict([1, 2, 4, 8], [0.70, 0.66, 0.62, 0.58], noise=0.005)
-    assert flat["needed_sample"] is None and "at least 32" in flat["message"]
+    assert flat.needed_sample is None and "at least 32" in flat.message
     # One query (or equal APs): the query bootstrap has no spread; no advice, and no crash.
     alone = budget.verdict([1, 2, 4, 8], [0.5, 0.4, 0.35, 0.33], noise=0.0)
-    assert not alone["converged"] and alone["needed_sample"] is None
-    assert "no query noise" in alone["message"] and "at least 32" in alone["message"]
+    assert not alone.converged and alone.needed_sample is None
+    assert "no query noise" in alone.message and "at least 32" in alone.message
 
 
 def _block_aps(blocks):
@@ -67,18 +67,18 @@ def _block_aps(blocks):
 def test_drift_flags_a_shifted_block_only(bench):
     blocks = [simulate.draw(bench, 0.005, 100, seed=10 + i).scores for i in range(4)]
     clean = budget.drift(_block_aps(blocks))
-    assert not clean["flag"] and clean["dof"] == 3
+    assert not clean.flag and clean.dof == 3
     # A convenience block: its distractors come from a harder law (endpoint moved up).
     hard = simulate.with_law(bench, dict(bench.law, e=bench.law["e"] + 0.05))
     blocks[0] = simulate.draw(hard, 0.005, 100, seed=20).scores
-    assert budget.drift(_block_aps(blocks))["flag"]
+    assert budget.drift(_block_aps(blocks)).flag
 
 
 def test_drift_null_calibration():
     # Under the null (blocks = noisy copies of one truth) p-values are roughly uniform.
     rng = np.random.default_rng(0)
     ps = [
-        budget.drift(rng.uniform(size=Q) + 0.1 * rng.standard_normal((5, Q)))["p_value"]
+        budget.drift(rng.uniform(size=Q) + 0.1 * rng.standard_normal((5, Q))).p_value
         for _ in range(300)
     ]
     assert 0.005 < np.mean(np.asarray(ps) < 0.05) < 0.1

@@ -298,7 +298,7 @@ def test_numpy_shards_give_the_same_result(folder, tmp_path):
         (npy / f"{stem}.ids.txt").write_text("".join(i + "\n" for i in ids))
     a = ilias.run(config(folder, sample_fraction=1.0, k=15), str(tmp_path / "h5"))
     b = ilias.run(config(str(npy), sample_fraction=1.0, k=15), str(tmp_path / "np"))
-    assert a["per_query_ap"] == b["per_query_ap"]
+    np.testing.assert_array_equal(a.per_query_ap, b.per_query_ap)
 
     stem = os.path.splitext(features.distractor_name(1))[0]
     bad = np.load(npy / f"{stem}.npy")
