@@ -8,7 +8,7 @@ W/hardness.npz (`n_target` defaults to the number of distractors in DIR). With
 --config.sample_fraction=1.0 the evaluation is exact: prediction.json has "estimator": "exact"
 and `map` is the official mAP@k, and W/ranked_top1000.pkl holds the ranked lists in the
 official pickle layout. --config.queries=text scores the text queries.
-Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (see README).
+Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (docs/ilias.md).
 """
 
 from configs import default

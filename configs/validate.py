@@ -7,7 +7,7 @@ cores. Add the stress regime (half of all positives priced by the tail alone, ab
 time) with --config.validate.regimes="('paper','stress')"; other distractor-law families (e.g.
 "('normal','gpd')") with --config.validate.families (benchmarks/tail_families.py sweeps them
 all more cheaply).
-Expected result: the tables in README.md ("Validation against known truth").
+Expected result: the tables in docs/validation.md.
 """
 
 from configs import default

@@ -1,6 +1,6 @@
 """Exact retrieval metrics on a fixed gallery, vectorised for numpy and jax.numpy.
 
-Official definitions (see shared/REFERENCE.md):
+Official definitions (the ILIAS and GLDv2 evaluation code; docs/outputs.md):
 - ILIAS mAP@k: rank the database (positives + distractors) by descending score, keep the top k;
   AP = 1 / min(k, |gt|) * sum over positives ranked <= k of (positives at or above / rank).
 - GLDv2 retrieval mAP@100: the same sum over the first 100 predictions, divided by

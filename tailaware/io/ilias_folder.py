@@ -1,6 +1,6 @@
 """An ILIAS-format feature folder: queries, positives, distractor shards and the ground truth.
 
-Folder layout (shared/REFERENCE.md): `features_{image,text}_queries.hdf5`,
+Folder layout (the official ILIAS code's; docs/outputs.md): `features_{image,text}_queries.hdf5`,
 `features_positives.hdf5`, `features_distractors_{idx:05d}.hdf5` with `features` [n, d] and
 `index` [n]. Plain numpy shards work too: `NAME.npy` ([n, d]) next to `NAME.ids.txt` (one id
 per line) for any of these names. Ground truth: a query's positives are the positives whose id

@@ -37,7 +37,7 @@ SIZES = {
     "bigG": (1664, 48, 8192, 16),
 }
 
-# Architectural switches per family; the checkpoint sources of each are in convert.py.
+# Architectural switches per family; the checkpoint sources of each are in weights.py.
 FAMILIES = {
     # Oquab et al. 2023: LayerScale, exact GELU, CLS token after the final norm.
     "dinov2": dict(act="gelu", eps=1e-6, layerscale=True, pool="cls", pos_interp="bicubic"),

@@ -30,9 +30,9 @@ Two ways to turn the fit into P(Y > y):
 
 `estimate(..., reruns=True)` also reruns either with half and twice the excesses: how far the
 prediction moves with the threshold is the tail model's own error, which the reported intervals
-add to the sampling noise (`bootstrap.intervals`). The averaged estimator is re-weighted under
-a flatter and a steeper prior on xi as well (`TailSettings.prior_spread`): what the data leave
-to the prior.
+add to the sampling noise (`tailaware.protocol.intervals`). The averaged estimator is
+re-weighted under a flatter and a steeper prior on xi as well (`TailSettings.prior_spread`):
+what the data leave to the prior.
 
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
 of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
@@ -63,12 +63,12 @@ MIN_EXCESSES = 10
 # Grid over xi in [XI_MIN, 0] for the averaged estimator (see `posterior`): nearly the whole range
 # where the GPD likelihood is bounded (xi > -1), short tails such as a uniform-like edge included.
 # A grid stopping at the regular range's -1/2 reads every shorter tail as -1/2 and over-prices its
-# positives by decades when the top M reach deep into a small sample: on the simulator (README,
-# "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact GPD and beta tails at
-# a GLDv2-sized pool (N = 759k, 5% sample) read -0.18 / -0.20 with it, -0.06 / -0.03 without.
-# The price: each atom prices at its profiled scale, whose endpoint sits near the sample maximum
+# positives by decades when the top M reach deep into a small sample: on the simulator
+# (docs/validation.md, "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact
+# GPD and beta tails at a GLDv2-sized pool (N = 759k, 5% sample) read -0.18 / -0.20 with it,
+# -0.06 / -0.03 without. The price: each atom prices at its profiled scale, whose endpoint sits near the sample maximum
 # for xi < -1/2, so deep positives of truly short tails come out under-priced at N = 1e8 from
-# 0.05-1% samples (+0.03..+0.15 there; README has the cells).
+# 0.05-1% samples (+0.03..+0.15 there; docs/validation.md has the cells).
 XI_GRID_SIZE = 20
 XI_MIN = -0.95
 # Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a

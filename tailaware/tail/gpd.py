@@ -406,7 +406,7 @@ def anderson_darling(y: jax.Array, mask: jax.Array, xi, sigma) -> jax.Array:
 
     A^2 = -n - (1/n) sum_i [(2i - 1) log F(y_(i)) + (2n + 1 - 2i) log(1 - F(y_(i)))] over the
     excesses in ascending order. `y` must hold its masked-in excesses as a prefix in descending
-    order (as `hardness.excesses` returns them); log F and log(1 - F) are floored at -50 so an
+    order (as `evt.excesses` returns them); log F and log(1 - F) are floored at -50 so an
     excess at or beyond a fitted endpoint gives a large finite statistic, not inf. 0 with no
     excess. With (xi, sigma) fitted to the same excesses its null distribution depends little on
     xi or n (Choulakian and Stephens 2001; `hardness.AD_CRITICAL`).
@@ -495,7 +495,7 @@ def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.
     """Returns the observed information of the log-likelihood in log sigma at each (xi, sigma).
 
     J = -d^2 loglik / d(log sigma)^2 = (1 + xi) sum_i r_i / (1 + xi r_i)^2, r_i = y_i / sigma:
-    the curvature Laplace's method integrates the scale out with (`hardness.posterior`). Unlike
+    the curvature Laplace's method integrates the scale out with (`evt.posterior`). Unlike
     the expected information n / (1 + 2 xi) it is finite and positive at an interior profile
     optimum for every xi in (-1, 0], the non-regular range -1 < xi <= -1/2 included. At xi = 0 it
     is sum(y) / sigma, n at the exponential MLE.

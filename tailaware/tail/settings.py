@@ -22,7 +22,7 @@ class TailSettings:
       xi_tilt: the prior over the GPD shape of `evt_averaged` is proportional to exp(xi_tilt xi),
         a lean towards longer tails. Fitted at practical thresholds, the shape of a bounded score
         law reads more negative than the tail it extrapolates into (the penultimate effect,
-        REFERENCE.md) and the small-sample MLE of xi is biased low too. 6 was chosen on the
+        docs/estimators.md) and the small-sample MLE of xi is biased low too. 6 was chosen on the
         simulator (docs/estimators.md, "The shape prior"): mean |error| of mAP@1000 over the
         tail-family sizes grid 0.0451 at 4, 0.0438 at 6; paper regime at 0.05% of 1e8 MAE 0.038
         at 4, 0.020 at 6.
