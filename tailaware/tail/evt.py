@@ -66,9 +66,10 @@ MIN_EXCESSES = 10
 # positives by decades when the top M reach deep into a small sample: on the simulator
 # (docs/validation.md, "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact
 # GPD and beta tails at a GLDv2-sized pool (N = 759k, 5% sample) read -0.18 / -0.20 with it,
-# -0.06 / -0.03 without. The price: each atom prices at its profiled scale, whose endpoint sits near the sample maximum
-# for xi < -1/2, so deep positives of truly short tails come out under-priced at N = 1e8 from
-# 0.05-1% samples (+0.03..+0.15 there; docs/validation.md has the cells).
+# -0.06 / -0.03 without. The price: each atom prices at its profiled scale, whose endpoint sits
+# near the sample maximum for xi < -1/2, so deep positives of truly short tails come out
+# under-priced at N = 1e8 from 0.05-1% samples (+0.03..+0.15 there; docs/validation.md has the
+# cells).
 XI_GRID_SIZE = 20
 XI_MIN = -0.95
 # Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a
