@@ -17,8 +17,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-# Keys whose values depend on the run, not on the numbers (wall time, paths).
-VOLATILE = {"seconds", "path", "a", "b", "scores"}
+# Keys whose values depend on the run, not on the numbers (wall time, paths, provenance).
+VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata"}
 RTOL, ATOL = 1e-5, 1e-6
 
 FAST_PROTOCOL = (

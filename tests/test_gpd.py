@@ -429,3 +429,28 @@ def test_grid_fit_is_the_fit_to_grid_resolution(random_fits):
     n = mask.sum(1)[ok][finite]
     gap = (best[finite] - ll[finite]) / n
     assert gap.min() > -1e-6 and np.quantile(gap, 0.99) < 0.01, (gap.min(), gap.max())
+
+
+@pytest.mark.parametrize("xi_true", [0.05, 0.3])
+def test_profile_in_xi_heavy_matches_scipy(xi_true):
+    # For fixed xi > 0 the scale maximising scipy's likelihood (a bounded 1-D search) and the
+    # likelihood there, against the Newton iteration in log(xi / sigma).
+    rng = np.random.default_rng(11)
+    y = stats.genpareto.rvs(xi_true, scale=0.02, size=150, random_state=rng)
+    width = 160
+    yy = np.zeros(width)
+    yy[:150] = np.sort(y)[::-1]
+    mask = np.arange(width) < 150
+    xis = np.array([0.02, 0.1, xi_true, 0.5])
+    sigma, ll = jax.jit(gpd.profile_in_xi_heavy)(
+        jnp.asarray(yy), jnp.asarray(mask), jnp.asarray(xis)
+    )
+    for i, xi in enumerate(xis):
+        res = optimize.minimize_scalar(
+            lambda ls, xi=xi: -stats.genpareto.logpdf(y, xi, scale=np.exp(ls)).sum(),
+            bounds=(np.log(1e-5), np.log(10.0)),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        np.testing.assert_allclose(float(sigma[i]), np.exp(res.x), rtol=1e-4)
+        np.testing.assert_allclose(float(ll[i]), -res.fun, rtol=1e-6, atol=1e-6)

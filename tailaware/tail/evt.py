@@ -137,13 +137,61 @@ def _log_rate(n_u, n_sample):
     return jnp.where(pos, jnp.log(jnp.where(pos, n_u, 1.0) / n_sample), -jnp.inf)
 
 
-def xi_grid(tilt: float, dtype=jnp.float32):
-    """Returns the [X] grid of shapes in [XI_MIN, 0] and its prior weights (trapezoid rule times
-    the prior density exp(tilt xi), `TailSettings.xi_tilt`)."""
+def xi_grid(tilt: float, dtype=jnp.float32, xi_max: float = 0.0):
+    """Returns the [X] grid of shapes in [XI_MIN, xi_max] and its prior weights (trapezoid rule
+    times the prior density exp(tilt xi), `TailSettings.xi_tilt`).
+
+    The grid is XI_GRID_SIZE points from XI_MIN to 0 (the bounded tails), continued above 0 at
+    the same spacing up to `xi_max` (`TailSettings.xi_max`: the heavy tails).
+    """
     xis = jnp.linspace(XI_MIN, 0.0, XI_GRID_SIZE, dtype=dtype)
-    w = jnp.full((XI_GRID_SIZE,), 1.0, dtype).at[0].set(0.5).at[-1].set(0.5)
+    step = -XI_MIN / (XI_GRID_SIZE - 1)
+    heavy = step * np.arange(1, int(np.floor(xi_max / step + 1e-9)) + 1)
+    xis = jnp.concatenate([xis, jnp.asarray(heavy, dtype)])
+    w = jnp.full((xis.shape[0],), 1.0, dtype).at[0].set(0.5).at[-1].set(0.5)
     w = w * jnp.exp(tilt * xis)
     return xis, w / jnp.sum(w)
+
+
+def _profile(y, mask, xis, n_bounded: int):
+    """Returns (sigma [Q, X], loglik [Q, X]) of the profile at every shape of the grid: the
+    bounded shapes (the first `n_bounded`, xi <= 0) by `gpd.profile_in_xi`, the heavy ones by
+    `gpd.profile_in_xi_heavy`."""
+    fit = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))
+    sigma, ll = fit(y, mask, xis[:n_bounded])
+    if xis.shape[0] > n_bounded:
+        heavy = jax.vmap(gpd.profile_in_xi_heavy, in_axes=(0, 0, None))
+        sigma_h, ll_h = heavy(y, mask, xis[n_bounded:])
+        sigma = jnp.concatenate([sigma, sigma_h], axis=1)
+        ll = jnp.concatenate([ll, ll_h], axis=1)
+    return sigma, ll
+
+
+# The empirical-Bayes prior's candidates (`empirical_bayes_prior`): means across the grid's range
+# and sds from a near point mass to nearly flat.
+EB_MEANS = 51
+EB_SDS = (0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4)
+
+
+def empirical_bayes_prior(log_lik, fitted, xis):
+    """Returns the log prior [X] over the shape grid that maximises the benchmark's marginal
+    likelihood, and its (mean, sd).
+
+    The prior is a discretised normal N(mu, tau^2) over the grid; (mu, tau) maximise
+    sum_q log sum_i pi_i L_q(xi_i) over the queries with a fitted tail (`fitted` [Q]), L_q the
+    scale-integrated likelihood of query q's excesses (`log_lik` [Q, X]): type-II maximum
+    likelihood by a search over `EB_MEANS` means in the grid's range and the sds `EB_SDS`
+    (two parameters: a grid search is exact enough and cheap, [Q, X] sums per candidate).
+    """
+    mus = jnp.linspace(xis[0], xis[-1], EB_MEANS)
+    taus = jnp.asarray(EB_SDS, xis.dtype)
+    z = (xis[None, None, :] - mus[:, None, None]) / taus[None, :, None]
+    log_prior = jax.nn.log_softmax(-0.5 * z * z, axis=-1)  # [M, T, X]
+    marginal = jax.nn.logsumexp(log_lik[None, None, :, :] + log_prior[:, :, None, :], axis=-1)
+    total = jnp.sum(jnp.where(fitted[None, None, :], marginal, 0.0), axis=-1)  # [M, T]
+    best = jnp.argmax(total)
+    i, j = best // taus.shape[0], best % taus.shape[0]
+    return log_prior[i, j], mus[i], taus[j]
 
 
 def _pricing_inputs(pos_scores, u, mask, n_sample):
@@ -204,14 +252,17 @@ def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor
     `factor` and `width` set the default threshold's excess count as in `excesses`.
     """
     dtype = tail_scores.dtype
-    xis, prior = xi_grid(settings.xi_tilt, dtype)
+    xis, prior = xi_grid(settings.xi_tilt, dtype, settings.xi_max)
     q, critical = settings.threshold_quantile, settings.ad_critical
     u, y, mask, ad = select_threshold(tail_scores, q, critical, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
-    sigma, ll = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))(y, mask, xis)
+    sigma, ll = _profile(y, mask, xis, XI_GRID_SIZE)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
     log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
-    log_w = jnp.log(prior)[None, :] + log_width + ll
+    log_prior = jnp.log(prior)
+    if settings.prior == "empirical_bayes":
+        log_prior, _, _ = empirical_bayes_prior(log_width + ll, jnp.any(mask, axis=1), xis)
+    log_w = log_prior[None, :] + log_width + ll
     weights = jax.nn.softmax(log_w, axis=1)
     log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
@@ -489,7 +540,7 @@ def prior_weights(weights: np.ndarray, settings: TailSettings) -> np.ndarray:
     The prior enters the weights as a factor (`posterior`), so another prior is a re-weighting of
     the same atoms (exact, in float64).
     """
-    xis = np.asarray(xi_grid(settings.xi_tilt)[0], np.float64)
+    xis = np.asarray(xi_grid(settings.xi_tilt, xi_max=settings.xi_max)[0], np.float64)
     shifts = np.array([-settings.prior_spread, settings.prior_spread])
     w = np.asarray(weights, np.float64)[None] * np.exp(shifts[:, None] * xis)[:, None, :]
     return w / w.sum(axis=2, keepdims=True)

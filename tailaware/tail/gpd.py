@@ -491,17 +491,65 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
     return sigma, ll
 
 
+def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
+    """`profile_in_xi` for heavy tails, fixed shapes xi > 0 (unbounded support).
+
+    With tau = xi / sigma and s = log(tau y_max), the log-likelihood is n s - a sum log(1 +
+    exp(s) z_i) up to constants, a = 1 + 1/xi > 1: concave in s (its second derivative is
+    -a sum p_i (1 - p_i), p_i = sigmoid(s + log z_i)), so the safeguarded Newton iteration on
+    n - a sum p_i finds the unique optimum. Cosine scores are bounded, so the limiting tail has xi
+    <= 0; at practical depths real embeddings' tails fit near or beyond xi = 0 (docs/estimators.md),
+    and an estimator confined to xi <= 0 is biased short where the truth sits at the bound.
+
+    Args:
+      y: [n] excesses; mask: [n] bool.
+      xis: [X] shapes > 0.
+
+    Returns:
+      (sigma [X], loglik [X]); sigma = 0 and loglik = 0 when there is no positive excess.
+    """
+    dtype = y.dtype
+    y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
+    log_z = jnp.log(jnp.where(mask & (z > 0), z, 1.0))
+    use = mask & (z > 0)
+
+    def one(xi):
+        a = 1.0 + 1.0 / xi
+
+        def step(carry, _):
+            s, lo, hi = carry
+            p = jax.nn.sigmoid(s + log_z)
+            g = n_safe - a * jnp.sum(jnp.where(use, p, 0.0))
+            h = -a * jnp.sum(jnp.where(use, p * (1.0 - p), 0.0))
+            lo = jnp.where(g > 0, s, lo)
+            hi = jnp.where(g > 0, hi, s)
+            s_new = s - g / jnp.where(h < 0, h, -1.0)
+            good = (h < 0) & (s_new > lo) & (s_new < hi) & jnp.isfinite(s_new)
+            return (jnp.where(good, s_new, 0.5 * (lo + hi)), lo, hi), None
+
+        lo0, hi0 = jnp.asarray(-30.0, dtype), jnp.asarray(30.0, dtype)
+        (s, _, _), _ = jax.lax.scan(
+            step, (jnp.asarray(0.0, dtype), lo0, hi0), None, length=2 * PROFILE_STEPS
+        )
+        return xi / jnp.exp(s)  # sigma in units of y_max
+
+    sigma = jax.lax.stop_gradient(jax.vmap(one)(xis) * scale)
+    ll = jax.vmap(lambda xi, sig: loglik(xi, sig, y, mask))(xis, sigma)
+    return jnp.where(ok, sigma, 0.0), jnp.where(ok, ll, 0.0)
+
+
 def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.Array):
     """Returns the observed information of the log-likelihood in log sigma at each (xi, sigma).
 
     J = -d^2 loglik / d(log sigma)^2 = (1 + xi) sum_i r_i / (1 + xi r_i)^2, r_i = y_i / sigma:
     the curvature Laplace's method integrates the scale out with (`evt.posterior`). Unlike
     the expected information n / (1 + 2 xi) it is finite and positive at an interior profile
-    optimum for every xi in (-1, 0], the non-regular range -1 < xi <= -1/2 included. At xi = 0 it
-    is sum(y) / sigma, n at the exponential MLE.
+    optimum for every xi in (-1, 0], the non-regular range -1 < xi <= -1/2 included, and for the
+    heavy tails xi > 0 of `profile_in_xi_heavy`. At xi = 0 it is sum(y) / sigma, n at the
+    exponential MLE.
 
     Args:
-      y: [n] excesses; mask: [n] bool; xis: [X] shapes in (-1, 0]; sigma: [X] scales (> 0
+      y: [n] excesses; mask: [n] bool; xis: [X] shapes > -1; sigma: [X] scales (> 0
         where there are excesses; 0 gives J = 0).
 
     Returns:

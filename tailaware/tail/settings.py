@@ -9,6 +9,8 @@ import dataclasses
 
 from tailaware.tail import dequantize
 
+PRIORS = ("tilt", "empirical_bayes")
+
 
 @dataclasses.dataclass(frozen=True)
 class TailSettings:
@@ -32,6 +34,14 @@ class TailSettings:
       ad_critical: threshold selection: a threshold whose excesses have an Anderson-Darling A^2
         above this fails (about the 99.5th percentile of A^2 of exact GPD samples of 50-400
         excesses against their grid fit; tests/test_evt.py checks the false-alarm rate).
+      xi_max: the averaged estimator's grid of shapes spans [-0.95, xi_max]; above 0 it admits
+        tails heavier than exponential (`gpd.profile_in_xi_heavy`), which a near-exponential tail
+        needs for an unbiased fit (an estimator confined to xi <= 0 is biased short where the
+        truth sits at the bound).
+      prior: the averaged estimator's prior over the shape grid: "tilt" (exp(xi_tilt xi), one
+        lean for every benchmark) or "empirical_bayes" (a normal prior over the grid whose mean
+        and sd maximise the marginal likelihood of all queries' excesses: the benchmark's own
+        typical shape, each query's shrunk towards it; `evt.empirical_bayes_prior`).
       tie_share: a query's kept scores with more than this share of ties are taken as rounded
         and spread over their rounding bins before the fit (`dequantize.spread_ties`; inf:
         never). float32 similarities tie in well under 1% of places, float16 ones in most.
@@ -44,6 +54,8 @@ class TailSettings:
     prior_spread: float = 6.0
     ad_critical: float = 2.0
     tie_share: float = dequantize.TIE_SHARE
+    xi_max: float = 0.0
+    prior: str = "tilt"
 
     def __post_init__(self):
         if self.top_m < 2:
@@ -52,3 +64,7 @@ class TailSettings:
             raise ValueError(f"threshold_quantile must be in (0, 1), got {self.threshold_quantile}")
         if self.min_count < 0:
             raise ValueError(f"min_count must be >= 0, got {self.min_count}")
+        if not 0.0 <= self.xi_max <= 0.9:
+            raise ValueError(f"xi_max must be in [0, 0.9], got {self.xi_max}")
+        if self.prior not in PRIORS:
+            raise ValueError(f"prior must be one of {PRIORS}, got {self.prior!r}")
