@@ -25,6 +25,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -95,6 +96,8 @@ def ilias_run(folder, workdir, fraction, seed, k, n_target, query_replicates):
         c.protocol.query_replicates = query_replicates
         t0 = time.monotonic()
         ilias.run(c, workdir)
+        # The job's resume checkpoint (~50 MB a run) is useless once prediction.json exists.
+        shutil.rmtree(os.path.join(workdir, "partials"), ignore_errors=True)
         logging.info("%s: %.0f s", workdir, time.monotonic() - t0)
     with open(done) as f:
         return json.load(f)
