@@ -1,10 +1,10 @@
 """Builds the real-embedding text benchmarks of issue #21 and scores them exactly and on samples.
 
-The npm registry's package summaries, embedded once per encoder (MiniLM-L6: ~35 min on 2 CPU
-cores for ~174k summaries, cached in chunks and resumable; LSA: a few minutes per half), give
-one benchmark per split (dev, test) x encoder (minilm, lsa) x instance kind (names, keywords)
-(`tailaware.text_benchmarks`). For each, this script writes the ILIAS-format folder and runs
-the ILIAS job (`tailaware.ilias.run`, `configs/ilias.py`) in-process:
+The npm registry's package summaries, embedded once per encoder (MiniLM-L6: 25 min on 2 shared
+CPU cores for the 173,693 usable summaries, cached in chunks and resumable; LSA: ~1 min per
+half), give one benchmark per split (dev, test) x encoder (minilm, lsa) x instance kind
+(names, keywords) (`tailaware.text_benchmarks`). For each, this script writes the ILIAS-format
+folder and runs the ILIAS job (`tailaware.ilias.run`, `configs/ilias.py`) in-process:
 
 - `exact/`: sample fraction 1, the full-gallery truth: `sampled_scores.npz` holds every
   positive's exact count, `prediction.json` the exact mAP@1000 (mAP@100 is recomputed from the
@@ -12,7 +12,10 @@ the ILIAS job (`tailaware.ilias.run`, `configs/ilias.py`) in-process:
 - `f{fraction}_d{draw}/`: the sampled scores (and the ILIAS job's prediction at k = 100) for
   fractions 0.05%, 1%, 5%, 20%, draw d = the id-hash sample seed (`config.seed`).
 
-Finished outputs are skipped, so a rerun resumes; `CACHE/manifest.json` lists every benchmark
+Scoring all eight benchmarks (~1,000 queries, ~6,500 positives, ~79,500 distractors each; 13
+ILIAS runs of ~10 s) takes ~26 min after the embedding. Draws are independent across seeds and
+nested across fractions (the id-hash sample of one seed). Finished outputs are skipped, so a
+rerun resumes (18 s when all is done); `CACHE/manifest.json` lists every benchmark
 (sizes, exact mAP@100 / mAP@1000, the sampled files per fraction and draw). PyPI's summaries
 are held out and never read.
 

@@ -59,7 +59,7 @@ STOPWORDS = frozenset(
     until up very was we were what when where which while who whom why will with would you your
     via using use used uses based simple easy small tiny fast lightweight new another module
     modules package packages library lib plugin plugins tool tools support supports provides
-    way like get set make makes allow allows help helps etc yet way well one two""".split()
+    way like get set make makes allow allows help helps etc yet well one two""".split()
 )
 
 
