@@ -1,0 +1,204 @@
+"""Builds the real-embedding text benchmarks of issue #21 and scores them exactly and on samples.
+
+The npm registry's package summaries, embedded once per encoder (MiniLM-L6: 25 min on 2 shared
+CPU cores for the 173,693 usable summaries, cached in chunks and resumable; LSA: ~1 min per
+half), give one benchmark per split (dev, test) x encoder (minilm, lsa) x instance kind
+(names, keywords) (`tailaware.text_benchmarks`). For each, this script writes the ILIAS-format
+folder and runs the ILIAS job (`tailaware.ilias.run`, `configs/ilias.py`) in-process:
+
+- `exact/`: sample fraction 1, the full-gallery truth: `sampled_scores.npz` holds every
+  positive's exact count, `prediction.json` the exact mAP@1000 (mAP@100 is recomputed from the
+  counts and recorded in the manifest);
+- `f{fraction}_d{draw}/`: the sampled scores (and the ILIAS job's prediction at k = 100) for
+  fractions 0.05%, 1%, 5%, 20%, draw d = the id-hash sample seed (`config.seed`).
+
+Scoring all eight benchmarks (~1,000 queries, ~6,500 positives, ~79,500 distractors each; 13
+ILIAS runs of ~10 s) takes ~26 min after the embedding. Draws are independent across seeds and
+nested across fractions (the id-hash sample of one seed). Finished outputs are skipped, so a
+rerun resumes (18 s when all is done); `CACHE/manifest.json` lists every benchmark
+(sizes, exact mAP@100 / mAP@1000, the sampled files per fraction and draw). PyPI's summaries
+are held out and never read.
+
+Commands:
+  python benchmarks/text_galleries.py --cache=/work/cache/text > text_galleries.log 2>&1
+  python benchmarks/text_galleries.py --cache=/work/cache/text --fixture=tests/data/text_small.npz
+"""
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+from absl import logging
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import ilias as ilias_config  # noqa: E402
+from tailaware import atomic, ilias, sampling  # noqa: E402
+from tailaware import scores as scores_lib  # noqa: E402
+from tailaware import text_benchmarks as tb  # noqa: E402
+
+NPM = "/work/.library/env/packages/npm.tsv"
+ENCODERS = ("minilm", "lsa")
+KINDS = ("names", "keywords")
+FRACTIONS = (0.0005, 0.01, 0.05, 0.2)
+_EMBEDDINGS = {}  # encoder -> embeddings of every usable summary, once per process
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache", default="/work/cache/text", help="where everything is written")
+    p.add_argument("--npm", default=NPM, help="the npm registry list (name, version, ...)")
+    p.add_argument("--splits", default=",".join(tb.SPLITS))
+    p.add_argument("--encoders", default=",".join(ENCODERS))
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
+    p.add_argument("--draws", type=int, default=3, help="independent samples per fraction")
+    p.add_argument("--max_instances", type=int, default=1000, help="per benchmark (hash-chosen)")
+    p.add_argument("--query_replicates", type=int, default=50, help="the predictions' bootstrap")
+    p.add_argument("--fixture", default="", help="write only the test fixture to this .npz")
+    return p.parse_args()
+
+
+@functools.cache
+def _minilm():
+    return tb.MiniLM()
+
+
+def embeddings(args, packages, split_rows, encoder, split):
+    """Returns the [n_half, d] float32 embeddings of one split's packages (cached)."""
+    if encoder == "minilm":  # every usable summary once; a half is a subset of rows
+        if "minilm" not in _EMBEDDINGS:
+            _EMBEDDINGS["minilm"] = tb.embed_cached(
+                list(packages.summaries),
+                lambda texts: _minilm()(texts),  # the model loads only if a chunk is missing
+                os.path.join(args.cache, "minilm"),
+            )
+        return _EMBEDDINGS["minilm"][split_rows]
+    path = os.path.join(args.cache, "lsa", f"{split}.npy")
+    if not os.path.exists(path):
+        t0 = time.monotonic()
+        x = tb.lsa([packages.summaries[r] for r in split_rows])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, x)
+        logging.info("LSA of the %s half: %.0f s", split, time.monotonic() - t0)
+    return np.load(path)
+
+
+def ilias_run(folder, workdir, fraction, seed, k, n_target, query_replicates):
+    """Runs the ILIAS job on `folder` unless `workdir/prediction.json` exists; returns it."""
+    done = os.path.join(workdir, "prediction.json")
+    if not os.path.exists(done):
+        c = ilias_config.get_config()
+        c.features, c.sample_fraction, c.seed, c.k, c.n_target = folder, fraction, seed, k, n_target
+        c.protocol.nested_replicates = 0
+        c.protocol.query_replicates = query_replicates
+        t0 = time.monotonic()
+        ilias.run(c, workdir)
+        # The job's resume checkpoint (~50 MB a run) is useless once prediction.json exists.
+        shutil.rmtree(os.path.join(workdir, "partials"), ignore_errors=True)
+        logging.info("%s: %.0f s", workdir, time.monotonic() - t0)
+    with open(done) as f:
+        return json.load(f)
+
+
+def build(args, packages, split, split_rows, encoder, kind, fractions):
+    """Writes and scores one benchmark; returns its manifest entry."""
+    name = f"{split}-{encoder}-{kind}"
+    root = os.path.join(args.cache, "benchmarks", name)
+    half = packages.take(split_rows)
+    instances = tb.build_instances(half, kind, max_instances=args.max_instances)
+    lay = tb.layout(half, instances)
+    folder = os.path.join(root, "features")
+    if not os.path.exists(os.path.join(folder, "done")):
+        tb.write_folder(
+            folder, tb.l2_normalize(embeddings(args, packages, split_rows, encoder, split)), lay
+        )
+        atomic.write_json(os.path.join(folder, "done"), {"instances": len(instances)})
+    n = len(lay.distractor_rows)
+    exact = ilias_run(folder, os.path.join(root, "exact"), 1.0, 0, 1000, n, 10)
+    truth = os.path.join(root, "exact", "sampled_scores.npz")
+    map100 = ilias.exact_result(scores_lib.load_scores(truth), 100, n)["map"]
+    sampled = {}
+    for fraction in fractions:
+        for draw in range(args.draws):
+            work = os.path.join(root, f"f{fraction:g}_d{draw}")
+            pred = ilias_run(folder, work, fraction, draw, 100, n, args.query_replicates)
+            sampled.setdefault(f"{fraction:g}", []).append(
+                {
+                    "draw": draw,
+                    "seed": draw,
+                    "scores": os.path.join(work, "sampled_scores.npz"),
+                    "n_sample": pred["n_sample"],
+                    "prediction_map100": pred["map"],
+                }
+            )
+    logging.info("%s: exact mAP@100 %.4f, mAP@1000 %.4f", name, map100, exact["map"])
+    return {
+        "name": name,
+        "split": split,
+        "encoder": encoder,
+        "kind": kind,
+        "num_queries": len(lay.query_rows),
+        "num_positives": len(lay.positive_rows),
+        "num_distractors": n,
+        "folder": folder,
+        "truth": truth,
+        "exact_map100": map100,
+        "exact_map1000": exact["map"],
+        "sampled": sampled,
+    }
+
+
+def write_fixture(args, packages, path, n_instances=60, n_distractors=3000):
+    """Writes a small dev names benchmark of MiniLM embeddings (float16, ids included)."""
+    rows = np.flatnonzero(tb.split_mask(packages.names, "dev"))
+    half = packages.take(rows)
+    lay = tb.layout(half, tb.name_families(half, max_instances=n_instances))
+    x = embeddings(args, packages, rows, "minilm", "dev").astype(np.float16)
+    u = sampling.hash_uniform(np.asarray(lay.distractor_ids), tb.SPLIT_SEED + 3)
+    keep = np.sort(np.argsort(u, kind="stable")[:n_distractors])
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    np.savez_compressed(
+        path,
+        query_ids=np.asarray(lay.query_ids),
+        query_features=x[lay.query_rows],
+        positive_ids=np.asarray(lay.positive_ids),
+        positive_features=x[lay.positive_rows],
+        distractor_ids=np.asarray(lay.distractor_ids)[keep],
+        distractor_features=x[lay.distractor_rows[keep]],
+    )
+    logging.info("fixture %s: %.2f MB", path, os.path.getsize(path) / 1e6)
+
+
+def main():
+    args = _parse()
+    logging.set_verbosity(logging.INFO)
+    logging.use_absl_handler()
+    t0 = time.monotonic()
+    packages = tb.read_npm(args.npm)
+    logging.info("%d usable npm summaries", len(packages))
+    if args.fixture:
+        write_fixture(args, packages, args.fixture)
+        return
+    fractions = [float(f) for f in args.fractions.split(",")]
+    manifest_path = os.path.join(args.cache, "manifest.json")
+    entries = []
+    for split in args.splits.split(","):
+        split_rows = np.flatnonzero(tb.split_mask(packages.names, split))
+        for encoder in args.encoders.split(","):
+            for kind in args.kinds.split(","):
+                entries.append(build(args, packages, split, split_rows, encoder, kind, fractions))
+                atomic.write_json(manifest_path, {"benchmarks": entries, "npm": args.npm})
+                logging.info(
+                    "%d benchmarks done, %.1f min", len(entries), (time.monotonic() - t0) / 60
+                )
+    print(json.dumps([{k: e[k] for k in e if k != "sampled"} for e in entries], indent=1))
+
+
+if __name__ == "__main__":
+    main()
