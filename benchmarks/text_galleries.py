@@ -3,8 +3,8 @@
 The npm registry's package summaries, embedded once per encoder (MiniLM-L6: 25 min on 2 shared
 CPU cores for the 173,693 usable summaries, cached in chunks and resumable; LSA: ~1 min per
 half), give one benchmark per split (dev, test) x encoder (minilm, lsa) x instance kind
-(names, keywords) (`tailaware.text_benchmarks`). For each, this script writes the ILIAS-format
-folder and runs the ILIAS job (`tailaware.ilias.run`, `configs/ilias.py`) in-process:
+(names, keywords) (`tailaware.sim.text`). For each, this script writes the ILIAS-format
+folder and runs the ILIAS job (`tailaware.jobs.ilias.run`, `configs/ilias.py`) in-process:
 
 - `exact/`: sample fraction 1, the full-gallery truth: `sampled_scores.npz` holds every
   positive's exact count, `prediction.json` the exact mAP@1000 (mAP@100 is recomputed from the
@@ -37,9 +37,12 @@ from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import ilias as ilias_config  # noqa: E402
-from tailaware import atomic, ilias, sampling  # noqa: E402
-from tailaware import scores as scores_lib  # noqa: E402
-from tailaware import text_benchmarks as tb  # noqa: E402
+from tailaware.core import sampling  # noqa: E402
+from tailaware.io import atomic  # noqa: E402
+from tailaware.io import scores as scores_lib  # noqa: E402
+from tailaware.jobs import ilias  # noqa: E402
+from tailaware.protocol import prediction  # noqa: E402
+from tailaware.sim import text as tb  # noqa: E402
 
 NPM = "/work/.library/env/packages/npm.tsv"
 ENCODERS = ("minilm", "lsa")
@@ -122,7 +125,7 @@ def build(args, packages, split, split_rows, encoder, kind, fractions):
     n = len(lay.distractor_rows)
     exact = ilias_run(folder, os.path.join(root, "exact"), 1.0, 0, 1000, n, 10)
     truth = os.path.join(root, "exact", "sampled_scores.npz")
-    map100 = ilias.exact_result(scores_lib.load_scores(truth), 100, n)["map"]
+    map100 = prediction.exact(scores_lib.load_scores(truth), 100, n).map
     sampled = {}
     for fraction in fractions:
         for draw in range(args.draws):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from configs import ilias as ilias_config
-from tailaware import features, ilias
-from tailaware import text_benchmarks as tb
+from tailaware.io import features
+from tailaware.jobs import ilias
+from tailaware.sim import text as tb
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "text_small.npz")
 
@@ -173,10 +174,10 @@ def test_folder_exact_map_matches_brute_force(tmp_path, k):
     c.backend = "host"
     result = ilias.run(c, str(tmp_path / "work"))
     with open(tmp_path / "work" / "prediction.json") as f:
-        assert json.load(f)["map"] == result["map"]
-    assert result["estimator"] == "exact" and result["n_target"] == len(lay.distractor_rows)
-    assert 0.05 < result["map"] < 0.95  # real embeddings: neither trivial nor hopeless
-    assert result["map"] == pytest.approx(brute_force_map(x, lay, k), abs=1e-9)
+        assert json.load(f)["map"] == result.map
+    assert result.estimator == "exact" and result.n_target == len(lay.distractor_rows)
+    assert 0.05 < result.map < 0.95  # real embeddings: neither trivial nor hopeless
+    assert result.map == pytest.approx(brute_force_map(x, lay, k), abs=1e-9)
     feats, ids = features.read_features(folder / features.distractor_name(2))
     assert ids == lay.distractor_ids[2000:] and feats.dtype == np.float16
 

@@ -35,7 +35,8 @@ from typing import NamedTuple
 import numpy as np
 from absl import logging
 
-from tailaware import atomic, features, sampling
+from tailaware.core import sampling
+from tailaware.io import atomic, features
 
 # The hash seed of the dev/test split: distinct from the sample seeds (0, 1, 2, ...) the ILIAS
 # job uses, so the split is independent of every distractor sample (those hash `npm/<name>`).
