@@ -8,6 +8,12 @@ time) with --config.validate.regimes="('paper','stress')"; other distractor-law 
 "('normal','gpd')") with --config.validate.families (benchmarks/tail_families.py sweeps them
 all more cheaply).
 Expected result: the tables in docs/validation.md.
+
+The frozen dev / test protocol (tailaware.protocol.validation.SPLITS: every choice is made on
+dev, test is reported as it falls); the real-text benchmarks come from the manifest that
+benchmarks/text_galleries.py writes (about 30 minutes to build once):
+  python launch.py --config=configs/validate.py --workdir=workdir/dev \
+      --config.validate.split=dev --config.validate.manifest=CACHE/manifest.json --config.k=100
 """
 
 from configs import default

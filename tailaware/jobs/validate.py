@@ -15,7 +15,10 @@ def run(config, workdir: str) -> None:
     """Runs the validation study of `config.validate` and writes its table, JSON and plots."""
     settings = config_lib.predict_settings(config)
     v = config_lib.block(validation.ValidationSettings, config.validate, "validate")
-    results = validation.study(settings, v, int(config.seed))
+    if v.split:
+        results = validation.split_study(settings, v, v.split, v.manifest, int(config.seed))
+    else:
+        results = validation.study(settings, v, int(config.seed))
     table = validation.format_table(results, settings.estimator)
     print(table)
     print(f"validate: {results['seconds']:.0f} s")

@@ -20,7 +20,9 @@ DIR/validation.json, DIR/validation.txt (the table) and DIR/validation_{errors,c
 
 import dataclasses
 import functools
+import json
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +31,7 @@ from absl import logging
 
 from tailaware.core import law, metrics
 from tailaware.core.results import Hardness
+from tailaware.io.scores import load_scores
 from tailaware.protocol import baselines, budget, intervals, nested, prediction, schema
 from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import simulate
@@ -36,6 +39,9 @@ from tailaware.tail import estimators
 
 BASELINES = ("evaluate-at-S", "power_law", "log_uniform")
 ORACLES = ("oracle (expected rank)", "oracle (Poisson E[AP])")
+# The law fed each draw's realized fractions K / N of its own full gallery: exact by
+# construction (the estimand is the realized mAP@k of the fixed gallery the sample came from).
+REALIZED = "oracle (realized K / N)"
 # Interval rows of the table: the reported interval, then its sampling part and that part's parts.
 COVERAGE_TAGS = ("ci90", "ci90_sampling", "ci90_query", "ci90_distractor")
 
@@ -55,6 +61,10 @@ class ValidationSettings:
       draws: independent samples per fraction.
       query_replicates: the query bootstrap's B.
       nested_replicates: the nested bootstrap's B (once per cell).
+      split: "" (the grid of `regimes` x `families` x `fractions` at `n_pool`), or a frozen
+        split of `SPLITS` ("dev", "test"), whose benchmarks replace the grid.
+      manifest: with a split, the real-text benchmarks' manifest (`benchmarks/text_galleries.py`);
+        "" leaves them out.
     """
 
     estimators: tuple[str, ...] = ()
@@ -66,6 +76,42 @@ class ValidationSettings:
     draws: int = 20
     query_replicates: int = 1000
     nested_replicates: int = 50
+    split: str = ""
+    manifest: str = ""
+
+
+class Split(NamedTuple):
+    """A frozen set of benchmarks to validate on: every choice is made on "dev", "test" is
+    reported as it falls (it holds tail families, gallery sizes, fractions and real-text
+    benchmarks that dev does not).
+
+    Attributes:
+      simulated: (regime, family) pairs of `simulate.REGIMES` / `simulate.FAMILIES`.
+      sizes: gallery sizes N of the simulated pools.
+      text: names of real-text benchmarks (`benchmarks/text_galleries.py`'s manifest).
+      fractions: sample fractions S / N.
+    """
+
+    simulated: tuple[tuple[str, str], ...]
+    sizes: tuple[int, ...]
+    text: tuple[str, ...]
+    fractions: tuple[float, ...]
+
+
+SPLITS = {
+    "dev": Split(
+        simulated=(("paper", "kumaraswamy"), ("paper", "normal")),
+        sizes=(100_000_000,),
+        text=("dev-minilm-names", "dev-minilm-keywords", "dev-lsa-names", "dev-lsa-keywords"),
+        fractions=(0.01, 0.05),
+    ),
+    "test": Split(
+        simulated=tuple(("paper", f) for f in ("truncnorm", "gpd", "beta", "mixture")),
+        sizes=(200_000, 10_000_000, 1_000_000_000),
+        text=("test-minilm-names", "test-minilm-keywords", "test-lsa-names", "test-lsa-keywords"),
+        fractions=(0.0005, 0.01, 0.05, 0.2),
+    ),
+}
 
 
 @functools.partial(jax.jit, static_argnames="k")  # the E[AP] sum's length is static
@@ -110,19 +156,37 @@ def calibration(hardness: Hardness, x_true: np.ndarray) -> dict:
     }
 
 
-def one_draw(
-    bench, fraction, seed, settings: PredictSettings, v: ValidationSettings, names, reps=None
-) -> dict:
-    """Returns every prediction, the truth, the interval and calibration for one draw.
+def realized_map(truth_counts, fixed, n: int, k: int) -> float:
+    """Returns the law's mAP@k fed the realized fractions K / N of a gallery (`law.map_at_k`):
+    the gallery's exact mAP@k (the expected-rank map is exact at realized counts)."""
+    mask = truth_counts >= 0
+    x = np.where(mask, truth_counts, 0) / float(n)
+    fx = np.where(mask, fixed, 0).astype(np.float64)
+    with jax.enable_x64(True):  # ranks up to 1e9 + k: float32 would round them
+        value = law.map_at_k(jnp.asarray(x), jnp.asarray(mask), float(n), float(k), fx)[0]
+    return float(value)
 
-    `reps`: the replicates of a nested bootstrap to reuse (from another draw of the same cell:
-    its spread is a property of the benchmark and S, not of the draw); when None it is run on
-    this draw and returned under "nested".
+
+def one_draw(
+    scores, truth_counts, n, x_true, seed, settings: PredictSettings, v, names, reps=None
+) -> dict:
+    """Returns every prediction, the truth, the interval and calibration for one sample.
+
+    Args:
+      scores: the sample (`SampledScores`).
+      truth_counts: [Q, P] distractors of the full gallery above each positive (-1 at padding).
+      n: N, the full gallery's size.
+      x_true: [Q, P] true hardness for the calibration rows (population hardness of a simulated
+        pool, or the realized K / N of a real gallery).
+      seed: seed of the resamplings.
+      settings, v: the prediction and validation settings; names: the estimators.
+      reps: the replicates of a nested bootstrap to reuse (from another draw of the same cell:
+        its spread is a property of the benchmark and S, not of the draw); when None it is run
+        on this draw and returned under "nested".
     """
-    k, n = settings.k, bench.n_pool
-    d = simulate.draw(bench, fraction, int(settings.tail.top_m), seed)
-    scores = d.scores
-    out = {"truth": metrics.map_from_counts(d.truth_counts, k), "n_sample": scores.n_sample}
+    k = settings.k
+    truth = metrics.map_from_counts(truth_counts, k, scores.fixed_counts)
+    out = {"truth": truth, "n_sample": scores.n_sample}
     preds, calib = {}, {}
     for name in names:
         if name == settings.estimator:  # with its threshold reruns, for the interval
@@ -132,12 +196,13 @@ def one_draw(
         aps, priors = prediction.prior_maps(h, [n], k, scores.fixed_counts, scores)  # [1, Q]
         preds[name] = float(aps.mean())
         if h.tail_priced.any():
-            calib[name] = calibration(h, bench.x)
+            calib[name] = calibration(h, x_true)
         if name == settings.estimator:
             point_aps, point_priors = aps, priors
     preds["evaluate-at-S"] = baselines.at_sample_map(scores, k)
     subs = budget.nested_subsamples(scores, 3, seed)
     preds.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
+    preds[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
 
     if reps is None:
         reps = nested.nested_bootstrap(
@@ -158,7 +223,7 @@ def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
     """Returns bias, MAE, coverage and calibration per row over the draws of one cell."""
     truth = np.array([d["truth"] for d in draws])
     rows = {}
-    for name in [*names, *BASELINES]:
+    for name in [*names, *BASELINES, REALIZED]:
         err = np.array([d["predictions"][name] for d in draws]) - truth
         rows[name] = {"bias": float(err.mean()), "mae": float(np.abs(err).mean())}
         cal = [d["calibration"][name] for d in draws if d["calibration"].get(name, {}).get("n")]
@@ -184,9 +249,10 @@ def format_table(results: dict, estimator: str) -> str:
     lines = []
     for cell, cells in results["cells"].items():
         fr = list(cells)
+        meta = results.get("meta", {}).get(cell) or results
         lines.append(
-            f"{cell}: {results['num_queries']} queries, N = {results['n_pool']:,}, "
-            f"{results['draws']} draws per fraction; truth mAP@{results['k']} "
+            f"{cell}: {meta['num_queries']} queries, N = {meta['n_pool']:,}, "
+            f"{meta['draws']} draws per fraction; truth mAP@{results['k']} "
             + ", ".join(f"{cells[f]['_truth']['mean']:.4f}" for f in fr)
         )
         head = f"  {'estimator':<26}" + "".join(f"{'f=' + f:>24}" for f in fr)
@@ -216,6 +282,23 @@ def format_table(results: dict, estimator: str) -> str:
         "hardness and log-correlation of tail-priced positives; * = config.estimator (intervals)."
     )
     return "\n".join(lines)
+
+
+def evaluate_cell(samples, settings: PredictSettings, v, names, oracle=None) -> tuple:
+    """Returns (`summarize`'s rows, the draws) of one cell: `samples` yields (scores, truth
+    counts, N, true hardness, seed) per draw; the nested bootstrap runs on the first draw and
+    serves every draw's interval (its spread depends on the benchmark and S, not the draw)."""
+    draws, reps = [], None
+    for scores, truth_counts, n, x_true, seed in samples:
+        draws.append(one_draw(scores, truth_counts, n, x_true, seed, settings, v, names, reps))
+        reps = draws[0].pop("nested", reps)
+    return summarize(draws, names, oracle or {}), draws
+
+
+def _simulated(bench, fraction: float, seed: int, settings: PredictSettings) -> tuple:
+    """Returns (scores, truth counts, N, true hardness) of one sample of a simulated pool."""
+    d = simulate.draw(bench, fraction, int(settings.tail.top_m), seed)
+    return d.scores, d.truth_counts, bench.n_pool, bench.x
 
 
 def study(settings: PredictSettings, v: ValidationSettings, seed: int = 0) -> dict:
@@ -254,13 +337,10 @@ def study(settings: PredictSettings, v: ValidationSettings, seed: int = 0) -> di
         results["cells"][cell], results["raw"][cell] = {}, {}
         for j, f in enumerate(v.fractions):
             seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-            first = one_draw(bench, float(f), seeds[0], settings, v, names)
-            reps = first.pop("nested")
-            draws = [first] + [
-                one_draw(bench, float(f), s, settings, v, names, reps) for s in seeds[1:]
-            ]
+            samples = (_simulated(bench, float(f), s, settings) + (s,) for s in seeds)
+            rows, draws = evaluate_cell(samples, settings, v, names, oracle)
             results["raw"][cell][str(f)] = draws
-            results["cells"][cell][str(f)] = summarize(draws, names, oracle)
+            results["cells"][cell][str(f)] = rows
             logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
         # One calibration scatter per benchmark, at the largest fraction.
         d = simulate.draw(bench, float(v.fractions[-1]), int(settings.tail.top_m), int(seed))
@@ -268,5 +348,91 @@ def study(settings: PredictSettings, v: ValidationSettings, seed: int = 0) -> di
         sel = h.tail_priced & (bench.x > 0)
         results["scatter"][cell] = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
 
+    results["seconds"] = time.time() - t0
+    return results
+
+
+def _text_samples(entry: dict, fraction: float, draws: int) -> list:
+    """Returns the samples (scores, truth counts, N, realized K / N, seed) of one real-text
+    benchmark at `fraction` from its manifest entry (the exact run's counts are the truth)."""
+    truth = load_scores(entry["truth"])
+    n = int(truth.n_sample)
+    x_true = np.where(truth.mask, truth.pos_counts, 0) / float(n)
+    out = []
+    for d in entry["sampled"][str(fraction)][:draws]:
+        scores = load_scores(d["scores"])
+        out.append((scores, truth.pos_counts, n, x_true, int(d["seed"])))
+    return out
+
+
+def split_study(
+    settings: PredictSettings,
+    v: ValidationSettings,
+    split: str,
+    manifest: str = "",
+    seed: int = 0,
+) -> dict:
+    """Returns the validation of one frozen split (`SPLITS`): its simulated families at each of
+    its gallery sizes, and its real-text benchmarks when `manifest` (the JSON that
+    `benchmarks/text_galleries.py` writes) names their folders, at every fraction of the split.
+
+    Results as `study`'s, with each cell's own Q, N and draws in `results["meta"]`.
+    """
+    t0 = time.time()
+    if split not in SPLITS:
+        raise ValueError(f"--config.validate.split: {split!r}; expected one of {sorted(SPLITS)}")
+    sp = SPLITS[split]
+    names = list(v.estimators) or list(estimators.ESTIMATORS)
+    if settings.estimator not in names:
+        names.append(settings.estimator)
+    results = {
+        "k": settings.k,
+        "split": split,
+        "estimator": settings.estimator,
+        "fractions": [float(f) for f in sp.fractions],
+        "cells": {},
+        "raw": {},
+        "meta": {},
+        "scatter": {},
+    }
+
+    def add(cell, fraction, samples, oracle=None, meta=None):
+        rows, draws = evaluate_cell(samples, settings, v, names, oracle)
+        results["cells"].setdefault(cell, {})[str(fraction)] = rows
+        results["raw"].setdefault(cell, {})[str(fraction)] = draws
+        results["meta"][cell] = meta
+        logging.info("%s %s f=%s done at %.0f s", split, cell, fraction, time.time() - t0)
+
+    for i, ((regime, family), n_pool) in enumerate(
+        (rf, n) for rf in sp.simulated for n in sp.sizes
+    ):
+        bench = simulate.make_benchmark(
+            int(v.num_queries),
+            int(n_pool),
+            family,
+            seed=int(seed) + 1000 * i,
+            **simulate.REGIMES[regime],
+        )
+        cell = f"{regime}/{family} N={n_pool:.0e}"
+        meta = {"num_queries": int(v.num_queries), "n_pool": int(n_pool), "draws": int(v.draws)}
+        for j, f in enumerate(sp.fractions):
+            seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
+            samples = [_simulated(bench, float(f), s, settings) + (s,) for s in seeds]
+            add(cell, f, samples, oracles(bench, settings.k), meta)
+    if manifest:
+        with open(manifest) as fh:
+            entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
+        for name in sp.text:
+            if name not in entries:
+                raise ValueError(f"{manifest}: no benchmark {name!r} (rebuild the text galleries)")
+            entry = entries[name]
+            for f in sp.fractions:
+                samples = _text_samples(entry, f, int(v.draws))
+                meta = {
+                    "num_queries": int(entry["num_queries"]),
+                    "n_pool": int(entry["num_distractors"]),
+                    "draws": len(samples),
+                }
+                add(f"text/{name}", f, samples, None, meta)
     results["seconds"] = time.time() - t0
     return results
