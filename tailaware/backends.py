@@ -266,21 +266,23 @@ class JaxBackend:
         q, p = pos_scores.shape
         pos = np.where(np.isnan(pos_scores), np.inf, pos_scores).astype(np.float32)
         floor = np.full(q, -np.inf, np.float32) if state.floor is None else state.floor
-        # The state goes to device 0's buffer in canonical order (ties by ascending id, as the
-        # buffer keeps them); the other devices start empty.
-        state = topk.sorted_state(state)
-        bufs = [device_topk.empty(q, p, self.settings) for _ in range(self.num_devices)]
-        known = state.ids >= 0
-        shard_no, rows = split_ids(np.where(known, state.ids, 0))
-        m = self.m
-        bufs[0].vals[:, :m] = state.vals
-        bufs[0].shard[:, :m] = np.where(known, shard_no, -1)
-        bufs[0].row[:, :m] = np.where(known, rows, -1)
-        bufs[0].counts[:] = state.counts
-        bufs[0].tau[:] = state.vals[:, m - 1]
-        self.buf = jax.device_put(
-            device_topk.Buffer(*(np.stack(f) for f in zip(*bufs, strict=True))), self.split
-        )
+        if np.isfinite(state.vals).any() or state.counts.any():  # a resumed search
+            # The state goes to device 0's buffer in canonical order (ties by ascending id, as
+            # the buffer keeps them); the other devices start empty.
+            bufs = [device_topk.empty(q, p, self.settings) for _ in range(self.num_devices)]
+            state = topk.sorted_state(state)
+            known = state.ids >= 0
+            shard_no, rows = split_ids(np.where(known, state.ids, 0))
+            m = self.m
+            bufs[0].vals[:, :m] = state.vals
+            bufs[0].shard[:, :m] = np.where(known, shard_no, -1)
+            bufs[0].row[:, :m] = np.where(known, rows, -1)
+            bufs[0].counts[:] = state.counts
+            bufs[0].tau[:] = state.vals[:, m - 1]
+            stacked = device_topk.Buffer(*(np.stack(f) for f in zip(*bufs, strict=True)))
+            self.buf = jax.device_put(stacked, self.split)
+        else:  # made on the devices: no host memory to fill and copy
+            self.buf = device_topk.empty_on(self.mesh, q, p, self.settings)
         self.pos = jax.device_put(pos, self.replicated)
         self.floor_dev = jax.device_put(np.asarray(floor, np.float32), self.replicated)
         self.last_id = int(state.ids.max(initial=-1))
@@ -321,6 +323,8 @@ class JaxBackend:
             known = (rows[d] >= 0) & (vals[d] > -np.inf)
             ids = np.where(known, global_ids(shard_no[d].astype(np.int64), rows[d]), -1)
             parts.append(TopState(vals[d], ids, counts[d].astype(np.int64)))
+        if len(parts) == 1:  # in canonical order already (see `device_topk`)
+            return parts[0]._replace(floor=self.floor)
         merged = functools.reduce(topk.merge_states, parts)
         return topk.sorted_state(merged._replace(floor=self.floor))
 

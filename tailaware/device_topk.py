@@ -106,20 +106,33 @@ class Buffer(NamedTuple):
     heavy: jax.Array
 
 
-def empty(num_queries: int, num_pos: int, settings: Settings) -> Buffer:
-    """Returns the numpy buffer of a device that has seen nothing."""
-    w = settings.width
+def empty(num_queries: int, num_pos: int, settings: Settings, xp=np) -> Buffer:
+    """Returns the buffer of a device that has seen nothing (numpy arrays, or `xp`'s)."""
+    w, zero = settings.width, xp.int32(0)
     return Buffer(
-        np.full((num_queries, w), -np.inf, np.float32),
-        np.full((num_queries, w), -1, np.int32),
-        np.full((num_queries, w), -1, np.int32),
-        np.zeros((num_queries, num_pos), np.int32),
-        np.full(num_queries, -np.inf, np.float32),
-        np.int32(settings.m),
-        np.int32(0),
-        np.int32(0),
-        np.int32(0),
+        xp.full((num_queries, w), -np.inf, xp.float32),
+        xp.full((num_queries, w), -1, xp.int32),
+        xp.full((num_queries, w), -1, xp.int32),
+        xp.zeros((num_queries, num_pos), xp.int32),
+        xp.full(num_queries, -np.inf, xp.float32),
+        xp.int32(settings.m),
+        zero,
+        zero,
+        zero,
     )
+
+
+def empty_on(mesh, num_queries: int, num_pos: int, settings: Settings) -> Buffer:
+    """Returns `empty` buffers made on each device of `mesh` (leading device axis, split)."""
+    return _maker(mesh, num_queries, num_pos, settings)()
+
+
+@functools.cache  # compiled once per mesh and sizes
+def _maker(mesh, num_queries: int, num_pos: int, settings: Settings):
+    n = mesh.devices.size
+    stack = lambda a: jnp.broadcast_to(a, (n, *a.shape))
+    make = lambda: jax.tree.map(stack, empty(num_queries, num_pos, settings, jnp))
+    return jax.jit(make, out_shardings=jax.sharding.NamedSharding(mesh, PartitionSpec(AXIS)))
 
 
 def dot(queries, x, precision=None):
