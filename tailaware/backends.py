@@ -247,18 +247,15 @@ class JaxBackend:
     def expect_share(self, share: float) -> None:
         """Takes the largest share of a query's pilot scores at or above its floor.
 
-        Unless settings were given, `start` with that floor sizes the candidate slots C to 1.5x
-        the block rows the share predicts (plus 32; a query beyond is cut alone), rounded up
-        to 128: slots cost compaction work on every block, and too few send whole blocks to
-        the dense path.
+        Unless settings were given, `start` with that floor sizes the candidate slots from it
+        (`device_topk.capacity_for`).
         """
         self.share = share
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:
         self.floor = state.floor  # scores below it are dropped: the state stays speculative
         if self.adaptive and self.share is not None and state.floor is not None:
-            rows = self.block_size // self.num_devices
-            c = min(rows, -(-int(1.5 * self.share * rows + 32) // 128) * 128)
+            c = device_topk.capacity_for(self.share, self.block_size // self.num_devices)
             if c != self.settings.capacity:
                 self.settings = dataclasses.replace(self.settings, capacity=c)
                 sharded = device_topk.sharded(self.mesh, self.settings, self.precision)
@@ -311,10 +308,6 @@ class JaxBackend:
         self.buf = self._step(
             self.buf, self.queries, put(xb), put(sb), put(rb), self.pos, self.floor_dev
         )
-
-    def dense_blocks(self) -> int:
-        """Returns how many (device, block) steps took the dense path so far."""
-        return int(np.sum(jax.device_get(self.buf.dense)))
 
     def state(self) -> TopState:
         vals, shard_no, rows, counts = jax.device_get(self._finish(self.buf))

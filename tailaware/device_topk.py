@@ -14,10 +14,13 @@ the host's `tailaware.topk`. Per block of B distractors, on each device:
 4. they are appended to a buffer of W = M + spare C slots per query; when it is full, it is cut
    back to its top-M (`lax.top_k`) and tau rises.
 
-A block where some query has more than C candidates (the first blocks of a search without a
-floor) takes the dense path instead: the top-M of buffer and block together by `lax.top_k`, the
-whole cost of the previous design. `lax.top_k` over M + B scores on every block is what held
-that design back: on CPU it runs single-threaded at several times the matmul's cost.
+A query with more than C candidates in a block is cut alone (the top-M of its buffer and the
+block's scores by `lax.top_k`); a block where more than `heavy_rows` queries have (the first
+blocks of a search without a floor) takes the dense path: the same for every query, the whole
+cost of the previous design. `lax.top_k` over M + B scores on every block is what held that
+design back: on CPU it runs single-threaded at several times the matmul's cost. Which path a
+block takes is decided on the device (`lax.switch`); on a GPU that reads one flag back per
+block, so blocks of ~100k rows keep the round trip small against the block's matmul.
 
 Exactness: the kept scores are the same float32 values as the host's (same products and
 float32 sums; the tests use scores that are exact in any summation order), and ties are broken
@@ -80,6 +83,16 @@ class Settings:
         return self.m + self.spare * self.capacity
 
 
+def capacity_for(share: float, rows: int) -> int:
+    """Returns C for blocks of `rows` rows per device where a query keeps at most `share`.
+
+    1.5x the rows the share predicts plus 32 (a query beyond is cut alone), rounded up to 128
+    and at most `rows`: slots cost compaction work on every block, and too few send whole
+    blocks to the dense path.
+    """
+    return min(rows, -(-int(1.5 * share * rows + 32) // 128) * 128)
+
+
 class Buffer(NamedTuple):
     """One device's running state; in `JaxBackend` every field has a leading device axis.
 
@@ -108,7 +121,8 @@ class Buffer(NamedTuple):
 
 def empty(num_queries: int, num_pos: int, settings: Settings, xp=np) -> Buffer:
     """Returns the buffer of a device that has seen nothing (numpy arrays, or `xp`'s)."""
-    w, zero = settings.width, xp.int32(0)
+    w = settings.width
+    zero = lambda: xp.int32(0)  # one array each: a step donates them all
     return Buffer(
         xp.full((num_queries, w), -np.inf, xp.float32),
         xp.full((num_queries, w), -1, xp.int32),
@@ -116,9 +130,9 @@ def empty(num_queries: int, num_pos: int, settings: Settings, xp=np) -> Buffer:
         xp.zeros((num_queries, num_pos), xp.int32),
         xp.full(num_queries, -np.inf, xp.float32),
         xp.int32(settings.m),
-        zero,
-        zero,
-        zero,
+        zero(),
+        zero(),
+        zero(),
     )
 
 
@@ -164,8 +178,8 @@ def first_true(mask, c: int):
     """Returns [R, c] int32: the columns of each row's first c True entries, in order.
 
     Slots beyond a row's last True entry hold L (the row length). A binary search over the
-    prefix counts for each rank 1..c (a loop of fixed trip count, ~2x faster on CPU than
-    unrolled; XLA runs it on GPUs without a host round trip per step).
+    prefix counts for each rank 1..c: a loop of fixed trip count, ~2x faster on CPU than
+    unrolled (XLA knows the trip count, so a GPU need not report back after each step).
     """
     rank = prefix_count(mask)
     targets = jnp.arange(1, c + 1, dtype=jnp.int32)
@@ -272,7 +286,8 @@ def step(buf: Buffer, queries, x, shard, row, pos, floor, *, settings: Settings,
     s = jnp.where(row[None, :] >= 0, dot(queries, x, precision), -jnp.inf)  # [Q, B]
     thr = jnp.maximum(buf.tau, floor)
     tallies = tally(s, [pos[:, j] for j in range(pos.shape[1])] + [thr], strict=pos.shape[1])
-    buf = buf._replace(counts=buf.counts + jnp.stack(tallies[:-1], axis=1))
+    if pos.shape[1]:
+        buf = buf._replace(counts=buf.counts + jnp.stack(tallies[:-1], axis=1))
     heavy = tallies[-1] > c  # queries with more candidates than slots: cut one by one
     most = jnp.max(jnp.where(heavy, 0, tallies[-1]))  # the most candidates of another query
 
