@@ -1,7 +1,7 @@
 """Speed of the scoring pass against the bare matmul and faiss, measured in the same run.
 
 Usage: `python benchmarks/scoring.py [--queries 1200] [--dim 768] [--distractors 393216]`
-(about 1-2 minutes on 2 CPU cores). Prints GFLOP/s (2 Q D N flops per pass) and the ratios:
+(about 3-4 minutes on 2 CPU cores). Prints GFLOP/s (2 Q D N flops per pass) and the ratios:
 
 - host pass / numpy matmul: the full scoring pass (top-M with ids + exact counts) of the CPU
   backend against numpy's bare float32 matmul of the same blocks (the bar: >= 0.85).
