@@ -1,14 +1,18 @@
 """Speed of the scoring pass against the bare matmul and faiss, measured in the same run.
 
 Usage: `python benchmarks/scoring.py [--queries 1200] [--dim 768] [--distractors 393216]`
-(about 1-2 minutes on 2 CPU cores). Prints GFLOP/s (2 Q D N flops per pass) and the ratios:
+(about 3-4 minutes on 2 CPU cores). Prints GFLOP/s (2 Q D N flops per pass) and the ratios:
 
 - host pass / numpy matmul: the full scoring pass (top-M with ids + exact counts) of the CPU
   backend against numpy's bare float32 matmul of the same blocks (the bar: >= 0.85).
 - host pass / faiss: against faiss `IndexFlatIP` search with k = M on the same data, run with
   its bundled OpenBLAS as installed and with `OPENBLAS_CORETYPE` naming this CPU (the best of
   the two is the bar: >= 1).
-- jax pass / jax matmul: the on-device backend against JAX's own matmul (the accelerator bar).
+- jax pass / jax matmul: the on-device backend (`tailaware.search.device_topk`) against JAX's own
+  matmul of the same blocks, already on the device (the bar: >= 0.3 on CPU, >= 0.7 on a GPU;
+  `benchmarks/device_check.py` measures it there). The pass also reads, pads and copies each
+  block to the device, as a search does; the first blocks of this data hold most of the top
+  scores (see `data`), so they exercise the pass's fallbacks.
 
 threadpoolctl reports the OpenBLAS kernel ("architecture") each library ran.
 """
@@ -145,7 +149,7 @@ def main():
     p.add_argument("--distractors", type=int, default=393_216)
     p.add_argument("--m", type=int, default=4000)
     p.add_argument("--block", type=int, default=32_768)
-    p.add_argument("--jax-distractors", type=int, default=32_768, help="0 skips the jax pass")
+    p.add_argument("--jax-distractors", type=int, default=262_144, help="0 skips the jax pass")
     p.add_argument("--coretype", default="Haswell", help="OPENBLAS_CORETYPE for faiss")
     p.add_argument("--faiss-child", nargs=5, type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -198,11 +202,15 @@ def main():
         for b in blocks:
             dot(qd, b).block_until_ready()
         t_jax_mm = best_of(lambda: [dot(qd, b).block_until_ready() for b in blocks], 2)
-        t_jax, *_ = scoring_pass("jax", queries, xj, args.m, args.block)  # includes compilation
-        t_jax, *_ = scoring_pass("jax", queries, xj, args.m, args.block)
+        # Compiles: the same data, as the pass's slots are sized by what the pilot sees.
+        scoring_pass("jax", queries, xj, args.m, args.block)
+        t_jax, _, jax_backend = scoring_pass("jax", queries, xj, args.m, args.block)
+        t_jax_mm = min(
+            t_jax_mm, best_of(lambda: [dot(qd, b).block_until_ready() for b in blocks], 1)
+        )
         scale = n / nj
         rows.append((f"jax matmul (f16 in, f32 acc) [{nj:,}]", t_jax_mm * scale, "XLA"))
-        rows.append((f"jax pass (on device) [{nj:,}]", t_jax * scale, "lax.top_k"))
+        rows.append((f"jax pass (on device) [{nj:,}]", t_jax * scale, "device_topk"))
 
     print(f"\n{'':44}{'seconds':>9}{'GFLOP/s':>9}  kernel")
     for name, t, note in rows:
@@ -214,7 +222,12 @@ def main():
     print(f"  host pass / numpy matmul   {t_np / t_host:6.3f}")
     print(f"  host pass / best faiss     {t_faiss / t_host:6.3f}")
     if t_jax:
-        print(f"  jax pass / jax matmul      {t_jax_mm / t_jax:6.3f}")
+        print(f"  jax pass / jax matmul      {t_jax_mm / t_jax:6.3f}  (bar on CPU: >= 0.3)")
+        b = jax.device_get(jax_backend.buf)
+        print(
+            f"  jax pass: {jax_backend.num_devices} device(s), {int(b.dense.sum())} dense blocks, "
+            f"{int(b.heavy.sum())} queries cut alone, {int(b.cuts.sum())} buffer cuts"
+        )
 
 
 if __name__ == "__main__":

@@ -48,15 +48,64 @@ def test_padding_and_batching_do_not_change_an_embedding(spec):
     alone = []
     for h, w in grids:
         x = rng.standard_normal((1, h * p, w * p, 3)).astype(np.float32)
-        alone.append((x, np.asarray(apply(params, jnp.asarray(x))[0])[0]))
+        y, out = apply(params, jnp.asarray(x))
+        alone.append((x, np.asarray(y)[0], np.asarray(out["encoded"])[0]))
     bucket = np.zeros((2, 4 * p, 4 * p, 3), np.float32)
     bucket += 100.0  # garbage in the padding must be masked out
-    for i, ((h, w), (x, _)) in enumerate(zip(grids, alone, strict=True)):
+    for i, ((h, w), (x, _, _)) in enumerate(zip(grids, alone, strict=True)):
         bucket[i, : h * p, : w * p] = x[0]
     y, out = apply(params, jnp.asarray(bucket), jnp.asarray(grids, jnp.int32))
-    for i, (_, ref) in enumerate(alone):
+    num_prefix = int(spec.class_token) + spec.num_registers
+    for i, ((h, w), (_, ref, encoded)) in enumerate(zip(grids, alone, strict=True)):
         np.testing.assert_allclose(np.asarray(y[i]), ref, atol=2e-5)
+        # "encoded" keeps the bucket's token order: prefix, then the 4 x 4 grid in raster order.
+        rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        tokens = np.concatenate([np.arange(num_prefix), num_prefix + (rows * 4 + cols).ravel()])
+        got = np.asarray(out["encoded"][i])[tokens]
+        np.testing.assert_allclose(got, encoded, atol=2e-5)
     assert out["pre_logits"].shape == (2, spec.width)
+
+
+def _einsum_attention(q, k, v, key_value_seq_lengths=None, implementation=None):
+    """The einsum + float32 softmax attention `Attention` computed before cuDNN's kernels."""
+    del implementation
+    mask = jnp.arange(k.shape[1])[None, :] < key_value_seq_lengths[:, None]
+    logits = jnp.einsum("bqhc,bkhc->bhqk", q, k, preferred_element_type=jnp.float32)
+    logits = logits * (1.0 / np.sqrt(q.shape[-1]))
+    logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bkhc->bqhc", weights, v)
+
+
+@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
+@pytest.mark.parametrize("num_queries", [1, 7])  # a MAP probe, self-attention
+def test_attention_matches_the_einsum_path(monkeypatch, dtype, atol, num_queries):
+    module = vit.Attention(num_heads=2, dtype=dtype)
+    rng = np.random.default_rng(num_queries)
+    x_q = jnp.asarray(rng.standard_normal((3, num_queries, 32)), jnp.float32)
+    x_kv = jnp.asarray(rng.standard_normal((3, 7, 32)), jnp.float32)
+    kv_len = jnp.asarray([7, 3, 1], jnp.int32)
+    params = module.init(jax.random.key(0), x_q, x_kv, kv_len)
+    # Non-zero biases too, and logits of a few units so the softmax is not nearly uniform.
+    params = jax.tree.map(lambda a: a + 0.3 * jax.random.normal(jax.random.key(1), a.shape), params)
+    # A fresh function per call: jit would reuse the first trace for the same one.
+    run = lambda x_kv: jax.jit(lambda *a: module.apply(*a))(params, x_q, x_kv, kv_len)
+    got = np.asarray(run(x_kv), np.float32)
+    monkeypatch.setattr(jax.nn, "dot_product_attention", _einsum_attention)
+    want = np.asarray(run(x_kv), np.float32)
+    np.testing.assert_allclose(got, want, atol=atol)
+    # Keys past kv_len do not matter.
+    again = np.asarray(run(x_kv.at[1, 3:].set(100.0).at[2, 1:].set(-100.0)), np.float32)
+    np.testing.assert_allclose(again, want, atol=atol)
+
+
+def test_cudnn_attention_only_on_gpus_in_half_precision(monkeypatch):
+    assert vit._attention_implementation(jnp.bfloat16, 64) == "xla"  # this CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert vit._attention_implementation(jnp.bfloat16, 64) == "cudnn"
+    assert vit._attention_implementation(jnp.float16, 128) == "cudnn"
+    assert vit._attention_implementation(jnp.float32, 64) == "xla"
+    assert vit._attention_implementation(jnp.bfloat16, 12) == "xla"  # not a multiple of 8
 
 
 def test_jit_vmap_and_loop_agree():

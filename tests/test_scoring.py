@@ -1,11 +1,13 @@
 """The scoring engine against brute-force numpy: top-M, exact counts, backends, merge, resume."""
 
 import dataclasses
+import sys
 
+import jax
 import numpy as np
 import pytest
 
-from tailaware.search import scoring, topk
+from tailaware.search import device_topk, scoring, topk
 
 Q, D, M = 7, 16, 25  # odd Q exercises the jax backend's padding to the 2 CPU devices
 SHARD_ROWS = (90, 0, 130, 57)  # an empty shard and uneven blocks on purpose
@@ -319,3 +321,123 @@ def test_failures_are_raised_and_blas_threads_are_restored():
         assert blas() == before
     state, _ = run_engine("host", queries, pos, shards)  # the engine is usable afterwards
     assert np.isfinite(state.vals).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The device pass (`tailaware.device_topk`) against the host pass, and the choice of backend.
+
+TINY = device_topk.Settings(M, capacity=4, chunk=2, spare=1, heavy_rows=2)  # every path taken
+
+
+@pytest.mark.parametrize("settings", [None, TINY], ids=["default", "tiny"])
+@pytest.mark.parametrize("big", [False, True], ids=["small", "speculative"])
+def test_device_pass_equals_host_pass(settings, big):
+    if big:  # 4000 rows: a pilot floor, and few scores above it per block
+        queries, pos, shards, shards_x = make_problem(seed=9, shard_rows=BIG_SHARDS, dim=64)
+    else:
+        queries, pos, shards, shards_x = make_problem(seed=8)
+    block = 400 if big else 40
+    host, n = run_engine("host", queries, pos, shards, block=block)
+    backend = scoring.JaxBackend(queries, M, block, "float16", settings)
+    spec = scoring.SearchSpec(1.0, 0, M, "test")
+    state, n_jax = scoring.score_shards(backend, pos, shards, spec, block_size=block)
+    assert backend.num_devices == 2 and n_jax == n
+    for got, want in [(state.vals, host.vals), (state.ids, host.ids), (state.counts, host.counts)]:
+        np.testing.assert_array_equal(got, want)
+    top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
+    np.testing.assert_array_equal(state.ids, top_i)
+    np.testing.assert_array_equal(state.counts, counts)
+    assert (counts > M).any()  # positives below the top-M: counts beyond the kept scores
+    assert (np.diff(top_v, axis=1) == 0).any()  # ties, broken by id
+    if settings is TINY:  # the fallbacks were taken (test_device_topk takes every path)
+        buf = jax.device_get(backend.buf)
+        assert buf.dense.sum() > 0 and buf.heavy.sum() + buf.cuts.sum() > 0
+
+
+def test_device_pass_rescans_a_floor_guessed_too_high(monkeypatch):
+    queries, pos, shards, shards_x = make_problem(seed=7, shard_rows=BIG_SHARDS, dim=64)
+    top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
+    floor = np.where(np.arange(Q) % 2 == 0, top_v[:, 2], -np.inf).astype(np.float32)
+    monkeypatch.setattr(scoring, "_pilot_floor", lambda *a: floor)
+    rescanned, subset = [], scoring.JaxBackend.subset
+    monkeypatch.setattr(
+        scoring.JaxBackend,
+        "subset",
+        lambda self, rows: rescanned.append(rows) or subset(self, rows),
+    )
+    state, _ = run_engine("jax", queries, pos, shards, block=400)
+    np.testing.assert_array_equal(state.vals, top_v)
+    np.testing.assert_array_equal(state.ids, top_i)
+    np.testing.assert_array_equal(state.counts, counts)
+    np.testing.assert_array_equal(rescanned[0], np.flatnonzero(top_v[:, -1] < floor))
+
+
+def test_device_pass_needs_increasing_ids():
+    queries, pos, _, shards_x = make_problem()
+    backend = scoring.JaxBackend(queries, M, 64)
+    backend.start(pos, topk.empty_state(Q, M, pos.shape[1]))
+    backend.add(shards_x[0][:10], scoring.global_ids(1, np.arange(10)))
+    with pytest.raises(ValueError, match="increasing order"):
+        backend.add(shards_x[0][:10], scoring.global_ids(0, np.arange(10)))
+
+
+@pytest.mark.parametrize(
+    "platform, gpus, m, want",
+    [
+        ("cpu", 0, 4000, "host"),
+        ("cpu", 2, 4000, "host"),  # beyond faiss's GPU k
+        ("cpu", 1, 2048, "faiss"),
+        ("gpu", 1, 1000, "jax"),
+        ("gpu", 0, 4000, "jax"),
+        ("tpu", 0, 4000, "jax"),
+    ],
+)
+def test_auto_picks_the_fastest_exact_backend(platform, gpus, m, want):
+    assert scoring.choose_backend(platform, gpus, m) == want
+
+
+class _FakeGpuFaiss:
+    """faiss-gpu's Python API over faiss-cpu (a "GPU" index is a CPU one); counts what is made."""
+
+    def __init__(self):
+        import faiss
+
+        made = self.made = {"resources": 0, "indexes": 0}
+        self.IndexFlatIP = faiss.IndexFlatIP
+
+        class StandardGpuResources:
+            def __init__(self):
+                made["resources"] += 1
+
+        class GpuIndexFlatConfig:
+            device = -1
+
+        def gpu_index_flat_ip(resources, d, config):
+            assert isinstance(resources, StandardGpuResources) and config.device == 0
+            made["indexes"] += 1
+            return faiss.IndexFlatIP(d)
+
+        self.StandardGpuResources = StandardGpuResources
+        self.GpuIndexFlatConfig = GpuIndexFlatConfig
+        self.GpuIndexFlatIP = gpu_index_flat_ip
+
+    def get_num_gpus(self):
+        return 1
+
+
+def test_faiss_gpu_search_holds_one_resource_for_the_run(monkeypatch):
+    fake = _FakeGpuFaiss()
+    monkeypatch.setitem(sys.modules, "faiss", fake)
+    monkeypatch.setattr(scoring.FaissGpu, "_held", {})
+    queries, pos, shards, shards_x = make_problem()
+    backend = scoring.make_backend("auto", queries, M, 40, "float16")  # JAX on CPU, faiss GPU
+    assert isinstance(backend, scoring.FaissBackend) and backend.gpu is not None
+    for _ in range(2):  # two runs of 8 blocks, and a backend for some queries
+        state, _ = run_engine("faiss", queries, pos, shards)
+    assert backend.subset(np.arange(3)).gpu is backend.gpu
+    top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
+    np.testing.assert_array_equal(state.vals, top_v)
+    np.testing.assert_array_equal(state.ids, top_i)
+    np.testing.assert_array_equal(state.counts, counts)
+    assert fake.made == {"resources": 1, "indexes": 1}
+    assert scoring.FaissBackend(queries, 4000).gpu is None  # k beyond faiss's GPU limit

@@ -6,9 +6,16 @@ which includes the test-only size `"mu"`. `TextTransformer` is the SigLIP text t
 
 Images of mixed aspect ratio share one compiled function: each batch is padded to a bucket of
 `[Hb, Wb]` patches and every image carries its real patch grid `[h, w]`. Padded tokens are
-masked out of attention and pooling, and the position embedding of each image is interpolated
-to its own grid with the exact weights of PyTorch's bicubic `interpolate` (computed inside
-`jit` from the traced grid size), so a padded image embeds as it would alone, unpadded.
+moved behind the real ones and kept out of attention and pooling by each image's count of real
+keys, and the position embedding of each image is interpolated to its own grid with the exact
+weights of PyTorch's bicubic `interpolate` (computed inside `jit` from the traced grid size), so
+a padded image embeds as it would alone, unpadded.
+
+Attention is `jax.nn.dot_product_attention`: cuDNN's fused (flash) kernel on NVIDIA GPUs in
+bfloat16/float16, which never holds the [B, heads, T, T] logits in memory (at 518-724 px,
+1,400-2,600 tokens, they are 100-325 MB per image and layer), and XLA's einsum + float32
+softmax elsewhere. Per-image key counts rather than a boolean mask are what lets cuDNN take
+padded batches (its masks must be a prefix of the keys or a full [T, S] array).
 
 Shapes: `B` images, `Hb, Wb` bucket grid in patches, `T` tokens, `D` width, `E` embedding size,
 `G` side of the stored position grid, `L` text length.
@@ -178,14 +185,30 @@ class MlpBlock(nn.Module):
         return nn.Dense(d, dtype=self.dtype, name="fc2")(x)
 
 
+def _attention_implementation(dtype, head_dim: int) -> str:
+    """Returns "cudnn" where cuDNN's fused attention applies, else "xla".
+
+    cuDNN's flash kernels take bfloat16/float16 with head dims that are multiples of 8 up to 128
+    (256 from Hopper on; 128 covers every size in `SIZES`), on NVIDIA GPUs only.
+    """
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    fits = head_dim % 8 == 0 and head_dim <= 128
+    return "cudnn" if jax.default_backend() == "gpu" and half and fits else "xla"
+
+
 class Attention(nn.Module):
-    """Multi-head attention with separate query/key/value projections; `mask` is [B, S] keys."""
+    """Multi-head attention with separate query/key/value projections.
+
+    `kv_len` [B] int32: each example's number of real keys, which come first (`ViT` moves
+    padded tokens last); None means every key is real. Logits and softmax are float32 whatever
+    the compute dtype (in both of `jax.nn.dot_product_attention`'s implementations).
+    """
 
     num_heads: int
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x_q, x_kv, mask=None):
+    def __call__(self, x_q, x_kv, kv_len=None):
         d = x_q.shape[-1]
         h = self.num_heads
 
@@ -194,13 +217,22 @@ class Attention(nn.Module):
             return y.reshape(*y.shape[:-1], h, d // h)
 
         q, k, v = proj("query", x_q), proj("key", x_kv), proj("value", x_kv)
-        # Logits and softmax in float32 whatever the compute dtype.
-        logits = jnp.einsum("bqhc,bkhc->bhqk", q, k, preferred_element_type=jnp.float32)
-        logits = logits * (1.0 / math.sqrt(d // h))
-        if mask is not None:  # at least one key (CLS or a real patch) is always valid
-            logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-        y = jnp.einsum("bhqk,bkhc->bqhc", weights, v)
+
+        def attend(impl):
+            # jax's XLA path promotes bfloat16 with float32 by name (`jnp.promote_types`), which
+            # strict promotion (the tests' setting) refuses; its arithmetic is explicit anyway.
+            with jax.numpy_dtype_promotion("standard"):
+                return jax.nn.dot_product_attention(
+                    q, k, v, key_value_seq_lengths=kv_len, implementation=impl
+                )
+
+        if _attention_implementation(q.dtype, d // h) == "cudnn":
+            try:
+                y = attend("cudnn")
+            except NotImplementedError:  # a shape or cuDNN version its kernels do not cover
+                y = attend("xla")
+        else:
+            y = attend("xla")
         return nn.Dense(d, dtype=self.dtype, name="out")(y.reshape(*y.shape[:-2], d))
 
 
@@ -211,10 +243,10 @@ class EncoderBlock(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x, mask=None):
+    def __call__(self, x, kv_len=None):
         s = self.spec
         y = _layer_norm(s.eps, "norm1", x, self.dtype)
-        y = Attention(s.num_heads, self.dtype, name="attn")(y, y, mask)
+        y = Attention(s.num_heads, self.dtype, name="attn")(y, y, kv_len)
         if s.layerscale:
             y = y * self.param("ls1", nn.initializers.ones, (s.width,)).astype(y.dtype)[None, None]
         x = x + y
@@ -232,11 +264,11 @@ class MAPHead(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x, mask):
+    def __call__(self, x, kv_len):
         s = self.spec
         probe = self.param("probe", nn.initializers.normal(0.02), (1, 1, s.width))
         probe = jnp.broadcast_to(probe, (x.shape[0], 1, s.width)).astype(x.dtype)
-        x = Attention(s.num_heads, self.dtype, name="attn")(probe, x, mask)
+        x = Attention(s.num_heads, self.dtype, name="attn")(probe, x, kv_len)
         y = _layer_norm(s.eps, "norm", x, self.dtype)
         x = x + MlpBlock(s.mlp_dim, s.act, self.dtype, name="mlp")(y)
         return x[:, 0]
@@ -270,7 +302,8 @@ class ViT(nn.Module):
         p = s.patch_size
         x = PatchEmbed(s.width, p, self.dtype, name="embedding")(images)
         _, hb, wb, d = x.shape
-        if grid is None:
+        padded = grid is not None
+        if not padded:
             grid = jnp.broadcast_to(jnp.asarray([hb, wb], jnp.int32), (b, 2))
 
         # Each image's position embedding, resampled to its own grid.
@@ -280,10 +313,6 @@ class ViT(nn.Module):
         ww = jax.vmap(lambda n: resize_weights(n, s.pos_grid, wb, aa))(grid[:, 1])
         pos = jnp.einsum("bhi,bwj,ijd->bhwd", wh, ww, pos, precision="highest")
         x = (x + pos.astype(x.dtype)).reshape(b, hb * wb, d)
-        valid = (jnp.arange(hb)[None, :, None] < grid[:, 0, None, None]) & (
-            jnp.arange(wb)[None, None, :] < grid[:, 1, None, None]
-        )
-        mask = valid.reshape(b, hb * wb)
 
         # Prefix tokens carry no position (a pre-trained one is folded in at conversion).
         prefix = []
@@ -294,21 +323,38 @@ class ViT(nn.Module):
         if prefix:
             tok = jnp.concatenate(prefix, axis=1).astype(x.dtype)
             x = jnp.concatenate([jnp.broadcast_to(tok, (b, *tok.shape[1:])), x], axis=1)
-            mask = jnp.concatenate([jnp.ones((b, tok.shape[1]), bool), mask], axis=1)
+
+        kv_len = order = None
+        if padded:
+            # Real tokens first (prefix, then the image's patches in raster order), padding last:
+            # attention sees only each image's first kv_len keys. Every other layer acts on each
+            # token alone, so the order matters only for "encoded", which is put back.
+            valid = (jnp.arange(hb)[None, :, None] < grid[:, 0, None, None]) & (
+                jnp.arange(wb)[None, None, :] < grid[:, 1, None, None]
+            )
+            num_prefix = int(s.class_token) + s.num_registers
+            real = jnp.concatenate(
+                [jnp.ones((b, num_prefix), bool), valid.reshape(b, hb * wb)], axis=1
+            )
+            order = jnp.argsort(~real, axis=1, stable=True)  # [B, T]
+            x = jnp.take_along_axis(x, order[:, :, None], axis=1)
+            kv_len = jnp.sum(real, axis=1, dtype=jnp.int32)
 
         if s.pre_norm:
             x = _layer_norm(s.eps, "norm_pre", x, self.dtype)
         for i in range(s.depth):
-            x = EncoderBlock(s, self.dtype, name=f"block{i}")(x, mask)
+            x = EncoderBlock(s, self.dtype, name=f"block{i}")(x, kv_len)
         x = _layer_norm(s.eps, "norm", x, self.dtype)
-        out = {"encoded": x}
 
         if s.pool == "cls":
-            y = x[:, 0]
+            y = x[:, 0]  # the CLS token stays first
         elif s.pool == "map":
-            y = MAPHead(s, self.dtype, name="head")(x, mask)
+            y = MAPHead(s, self.dtype, name="head")(x, kv_len)
         else:
             raise ValueError(f"unknown pool {s.pool!r}")
+        if padded:
+            x = jnp.take_along_axis(x, jnp.argsort(order, axis=1)[:, :, None], axis=1)
+        out = {"encoded": x}
         if s.proj_dim:
             y = nn.Dense(s.proj_dim, dtype=self.dtype, name="proj")(y)
         out["pre_logits"] = y

@@ -3,23 +3,28 @@
 Backends (all give the same top-M scores and counts on the same float32 scores):
 - "host": numpy (OpenBLAS) matmul and the filtered numpy selection of `tailaware.search.topk`; the
   fastest on CPU, where XLA's matmul and top-k are slower.
-- "jax": jit-compiled blocked matmul (float16/bfloat16 inputs, float32 accumulation) with the
-  top-M and counts on device, queries sharded over the local devices; for accelerators.
+- "jax": `device_topk` on the local devices: matmul (float16/bfloat16 inputs, float32
+  accumulation), counts and a sort-free compaction of the few scores that can still enter the
+  top-M, each block's rows split over the devices; for accelerators.
 - "faiss": faiss `IndexFlatIP` search of each block's top-M plus a range search for the
-  counts of the queries whose positives fall below it (faiss-gpu for the search when present
-  and M <= 2048, faiss's GPU limit).
+  counts of the queries whose positives fall below it (the search on a GPU when faiss has
+  one and M <= 2048, faiss's GPU limit, with one `FaissGpu` held for the run).
+"auto" picks one for the machine (`choose_backend`).
 
 A backend has `scores(x)` (the search's arithmetic, e.g. for the positives), `start(pos, state)`,
 `add(x, ids)` per block, `state()` (in canonical order, `topk.sorted_state`) and `subset(rows)`
 (a backend for some of the queries). The host backend scores a block while the caller reads
-the next (`drain` waits for it; `state` does too) and `speculates`: `score_shards` guesses
-each query's final M-th score from a random pilot sample of the rows, the backend filters at
-that floor, and queries where the guess proves too high get a second pass.
+the next (`drain` waits for it; `state` does too). The host and JAX backends `speculate`:
+`score_shards` guesses each query's final M-th score from a random pilot sample of the rows,
+the backend filters at that floor, and queries where the guess proves too high get a second
+pass.
 
 Shapes: Q queries, D descriptor dims, B block rows, M kept scores, P positive slots.
 Distractor ids are `shard << 32 | row` (`global_ids`), so ties order by file position.
 """
 
+import dataclasses
+import functools
 import os
 import threading
 from concurrent import futures
@@ -29,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import threadpoolctl
 
-from tailaware.search import float16, topk
+from tailaware.search import device_topk, float16, topk
 from tailaware.search.topk import TopState
 
 BACKENDS = ("host", "jax", "faiss")
@@ -183,105 +188,211 @@ class HostBackend:
 
 
 class JaxBackend:
-    """Everything on device: blocked matmul, fused counts, top-M by `lax.top_k` (sharded on Q)."""
+    """Everything on device (`device_topk`), each block's rows split over the devices.
 
-    def __init__(self, queries: np.ndarray, m: int, block_size: int, dtype: str = "float16"):
-        self.m, self.block_size = m, block_size
+    The matmul, the counts and a sort-free compaction of the few scores that can still enter
+    the top-M run on the local devices, each into its own buffer; `state` merges the devices'
+    top-M on the host. The backend `speculates` like the host one: a floor from a pilot sample
+    lets the first blocks be compacted too.
+    """
+
+    speculates = True
+
+    def __init__(
+        self,
+        queries: np.ndarray,
+        m: int,
+        block_size: int,
+        dtype: str = "float16",
+        settings: device_topk.Settings | None = None,
+    ):
+        self.m, self.requested_block = m, block_size
         self.dtype = jnp.dtype(dtype)
         self.host_queries = queries
         devices = jax.local_devices()
-        self.num_queries = queries.shape[0]
-        pad = -self.num_queries % len(devices)
-        mesh = jax.sharding.Mesh(np.asarray(devices), ("q",))
-        self.rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("q"))
-        self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        q = np.concatenate([queries, np.zeros((pad, queries.shape[1]), queries.dtype)])
-        self.queries = jax.device_put(q.astype(self.dtype), self.rows)
-        self.pad = pad
-        self._scores = jax.jit(_dot)
-        self._step = jax.jit(
-            _jax_step,
-            donate_argnums=(0,),
-            out_shardings=(self.rows, self.rows, self.rows, self.rows),
+        n = len(devices)
+        self.adaptive = settings is None  # C sized from the pilot (`expect_share`)
+        settings = settings or device_topk.Settings(m)
+        if settings.m != m:
+            raise ValueError(f"settings.m = {settings.m} but m = {m}")
+        # Equal slices of whole chunks per device; C above a slice's rows buys nothing.
+        unit = n * settings.chunk
+        self.block_size = -(-block_size // unit) * unit
+        self.settings = dataclasses.replace(
+            settings, capacity=min(settings.capacity, self.block_size // n)
         )
+        mesh = jax.sharding.Mesh(np.asarray(devices), (device_topk.AXIS,))
+        self.split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(device_topk.AXIS))
+        self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        self.num_devices = n
+        self.queries = jax.device_put(np.asarray(queries).astype(self.dtype), self.replicated)
+        # float32 inputs stay float32 on accelerators that would round them for the matmul
+        # (TF32 on GPUs, bfloat16 passes on TPUs); float16 products are exact in float32 on GPUs
+        # and CPUs, bfloat16 ones everywhere.
+        self.precision = jax.lax.Precision.HIGHEST if self.dtype == jnp.float32 else None
+        self._scores = jax.jit(functools.partial(device_topk.dot, precision=self.precision))
+        self.mesh, self.share = mesh, None
+        self._step, self._finish = device_topk.sharded(mesh, self.settings, self.precision)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         out = self._scores(self.queries, jax.device_put(x.astype(self.dtype), self.replicated))
-        return np.asarray(jax.device_get(out))[: self.num_queries]
+        return np.asarray(jax.device_get(out))
 
     def subset(self, rows: np.ndarray) -> "JaxBackend":
         """Returns a backend of the same settings for the queries `rows`."""
-        return JaxBackend(self.host_queries[rows], self.m, self.block_size, self.dtype.name)
+        return JaxBackend(
+            self.host_queries[rows], self.m, self.requested_block, self.dtype.name, self.settings
+        )
+
+    def expect_share(self, share: float) -> None:
+        """Takes the largest share of a query's pilot scores at or above its floor.
+
+        Unless settings were given, `start` with that floor sizes the candidate slots from it
+        (`device_topk.capacity_for`).
+        """
+        self.share = share
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:
-        self.floor = state.floor  # a speculative state stays one (this backend keeps all above)
+        self.floor = state.floor  # scores below it are dropped: the state stays speculative
+        if self.adaptive and self.share is not None and state.floor is not None:
+            c = device_topk.capacity_for(self.share, self.block_size // self.num_devices)
+            if c != self.settings.capacity:
+                self.settings = dataclasses.replace(self.settings, capacity=c)
+                sharded = device_topk.sharded(self.mesh, self.settings, self.precision)
+                self._step, self._finish = sharded
+        q, p = pos_scores.shape
         pos = np.where(np.isnan(pos_scores), np.inf, pos_scores).astype(np.float32)
-        state = topk.sorted_state(state)  # lax.top_k breaks ties by position: order by id
-        shard_no, rows = split_ids(np.where(state.ids >= 0, state.ids, 0))
-        arrays = (
-            state.vals,
-            np.where(state.ids >= 0, shard_no, -1).astype(np.int32),
-            np.where(state.ids >= 0, rows, -1).astype(np.int32),
-            state.counts.astype(np.int32),
-        )
-        self.carry = tuple(jax.device_put(self._pad(a), self.rows) for a in arrays)
-        self.pos = jax.device_put(self._pad(pos, np.inf), self.rows)
+        floor = np.full(q, -np.inf, np.float32) if state.floor is None else state.floor
+        if np.isfinite(state.vals).any() or state.counts.any():  # a resumed search
+            # The state goes to device 0's buffer in canonical order (ties by ascending id, as
+            # the buffer keeps them); the other devices start empty.
+            bufs = [device_topk.empty(q, p, self.settings) for _ in range(self.num_devices)]
+            state = topk.sorted_state(state)
+            known = state.ids >= 0
+            shard_no, rows = split_ids(np.where(known, state.ids, 0))
+            m = self.m
+            bufs[0].vals[:, :m] = state.vals
+            bufs[0].shard[:, :m] = np.where(known, shard_no, -1)
+            bufs[0].row[:, :m] = np.where(known, rows, -1)
+            bufs[0].counts[:] = state.counts
+            bufs[0].tau[:] = state.vals[:, m - 1]
+            stacked = device_topk.Buffer(*(np.stack(f) for f in zip(*bufs, strict=True)))
+            self.buf = jax.device_put(stacked, self.split)
+        else:  # made on the devices: no host memory to fill and copy
+            self.buf = device_topk.empty_on(self.mesh, q, p, self.settings)
+        self.pos = jax.device_put(pos, self.replicated)
+        self.floor_dev = jax.device_put(np.asarray(floor, np.float32), self.replicated)
+        self.last_id = int(state.ids.max(initial=-1))
 
     def add(self, x: np.ndarray, ids: np.ndarray) -> None:
         n = x.shape[0]
-        if n > self.block_size:
-            raise ValueError(f"block of {n} rows exceeds block_size {self.block_size}")
-        # A fixed block shape keeps one compiled step; padding rows are masked out.
-        xb = np.zeros((self.block_size, x.shape[1]), self.dtype)
-        xb[:n] = x
+        if n > self.requested_block:
+            raise ValueError(f"block of {n} rows exceeds block_size {self.requested_block}")
+        if n == 0:
+            return
+        # Ties are kept by position, which must follow the ids (`score_shards` streams them so).
+        if ids[0] <= self.last_id or (np.diff(ids) <= 0).any():
+            raise ValueError("the jax backend needs distractor ids in increasing order")
+        self.last_id = int(ids[-1])
+        # A fixed block shape keeps one compiled step; padding rows have row -1.
+        if n == self.block_size and x.dtype == self.dtype:
+            xb = x  # a full block needs no copy
+        else:
+            xb = np.zeros((self.block_size, x.shape[1]), self.dtype)
+            xb[:n] = x
         shard_no, rows = split_ids(ids)
         sb = np.full(self.block_size, -1, np.int32)
         rb = np.full(self.block_size, -1, np.int32)
         sb[:n], rb[:n] = shard_no, rows
-        put = lambda a: jax.device_put(a, self.replicated)
-        self.carry = self._step(
-            self.carry,
-            self.queries,
-            put(xb),
-            put(sb),
-            put(rb),
-            put(np.arange(self.block_size) < n),
-            self.pos,
+        put = lambda a: jax.device_put(a, self.split)
+        self.buf = self._step(
+            self.buf, self.queries, put(xb), put(sb), put(rb), self.pos, self.floor_dev
         )
 
     def state(self) -> TopState:
-        vals, shard_no, rows, counts = (
-            np.asarray(a)[: self.num_queries] for a in jax.device_get(self.carry)
-        )
-        ids = np.where(shard_no >= 0, global_ids(shard_no.astype(np.int64), rows), -1)
-        return topk.sorted_state(TopState(vals, ids, counts.astype(np.int64), self.floor))
-
-    def _pad(self, a, value=0):
-        width = [(0, self.pad)] + [(0, 0)] * (a.ndim - 1)
-        return np.pad(a, width, constant_values=value)
-
-
-def _dot(q, x):
-    return jax.lax.dot_general(q, x, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        vals, shard_no, rows, counts = jax.device_get(self._finish(self.buf))
+        parts = []
+        for d in range(self.num_devices):
+            known = (rows[d] >= 0) & (vals[d] > -np.inf)
+            ids = np.where(known, global_ids(shard_no[d].astype(np.int64), rows[d]), -1)
+            parts.append(TopState(vals[d], ids, counts[d].astype(np.int64)))
+        if len(parts) == 1:  # in canonical order already (see `device_topk`)
+            return parts[0]._replace(floor=self.floor)
+        merged = functools.reduce(topk.merge_states, parts)
+        return topk.sorted_state(merged._replace(floor=self.floor))
 
 
-def _jax_step(carry, queries, x, shard_no, rows, valid, pos):
-    """One block on device: [Q, B] scores, count sums, and top-M of (state, block)."""
-    vals, s_ids, r_ids, counts = carry
-    s = jnp.where(valid[None, :], _dot(queries, x), -jnp.inf)
-    counts = counts + (s[:, None, :] > pos[:, :, None]).sum(axis=2, dtype=jnp.int32)
-    q = s.shape[0]
-    # lax.top_k puts the lower index first among equals: the state (earlier ids) wins ties.
-    all_vals = jnp.concatenate([vals, s], axis=1)
-    all_s = jnp.concatenate([s_ids, jnp.broadcast_to(shard_no, (q, shard_no.size))], axis=1)
-    all_r = jnp.concatenate([r_ids, jnp.broadcast_to(rows, (q, rows.size))], axis=1)
-    vals, idx = jax.lax.top_k(all_vals, vals.shape[1])
-    take = lambda a: jnp.take_along_axis(a, idx, axis=1)
-    return vals, take(all_s), take(all_r), counts
+FAISS_GPU_MAX_K = 2048  # the largest k faiss selects on a GPU
+
+
+def faiss_gpus() -> int:
+    """Returns how many GPUs faiss can use here (0 without faiss-gpu, or without faiss)."""
+    try:
+        import faiss
+    except ImportError:
+        return 0
+    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+
+
+def choose_backend(platform: str, num_faiss_gpus: int, m: int) -> str:
+    """Returns the fastest exact backend ("auto") for JAX's `platform` and faiss's GPUs.
+
+    - JAX on an accelerator: "jax", which scores, selects and counts on the device. faiss-gpu
+      would select on the GPU too, but it has no GPU range search, so the counts of queries
+      whose positives fall below a block's top-k would go through the CPU.
+    - JAX on CPU, faiss with a GPU and M <= FAISS_GPU_MAX_K: "faiss" (its search on the GPU).
+    - otherwise "host": on CPU it runs at ~2.7x faiss-cpu's search (`benchmarks/scoring.py`).
+    """
+    if platform != "cpu":
+        return "jax"
+    if num_faiss_gpus > 0 and m <= FAISS_GPU_MAX_K:
+        return "faiss"
+    return "host"
+
+
+class FaissGpu:
+    """One GPU's faiss resources and flat inner-product index, held for the whole run.
+
+    `StandardGpuResources` reserves scratch memory and creates streams and handles; making them
+    for every block (as `index_cpu_to_all_gpus` does) costs more than searching the block. One
+    holder per process and GPU (`shared`) serves every backend, `subset` ones included.
+    """
+
+    _held: dict = {}
+
+    def __init__(self, faiss, device: int = 0):
+        self.faiss = faiss
+        self.resources = faiss.StandardGpuResources()
+        self.config = faiss.GpuIndexFlatConfig()
+        self.config.device = device
+        self.indexes = {}  # dims -> GpuIndexFlatIP, emptied and refilled per block
+
+    @classmethod
+    def shared(cls, faiss, device: int = 0) -> "FaissGpu":
+        """Returns the process's holder for `device`, made on first use."""
+        key = (id(faiss), device)
+        if key not in cls._held:
+            cls._held[key] = cls(faiss, device)
+        return cls._held[key]
+
+    def search(self, x: np.ndarray, queries: np.ndarray, k: int):
+        """Returns faiss's (scores [Q, k], rows [Q, k]) of the best rows of `x` [B, D]."""
+        d = x.shape[1]
+        if d not in self.indexes:
+            self.indexes[d] = self.faiss.GpuIndexFlatIP(self.resources, d, self.config)
+        index = self.indexes[d]
+        index.reset()
+        index.add(x)
+        return index.search(queries, k)
 
 
 class FaissBackend:
-    """faiss `IndexFlatIP` per block: its top-M feed the running top-M; range search counts."""
+    """faiss flat inner-product search per block: its top-M feed the running top-M; range
+    search counts the rest.
+
+    The search runs on a GPU when faiss has one and M <= FAISS_GPU_MAX_K, with one `FaissGpu`
+    for the run; the range search (which faiss has only on CPU) and everything else on the host.
+    """
 
     def __init__(self, queries: np.ndarray, m: int):
         import faiss
@@ -289,10 +400,11 @@ class FaissBackend:
         self.faiss = faiss
         self.queries = np.ascontiguousarray(queries, np.float32)
         self.m = m
-        self.gpu = m <= 2048 and hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+        use_gpu = m <= FAISS_GPU_MAX_K and faiss_gpus() > 0
+        self.gpu = FaissGpu.shared(faiss) if use_gpu else None
 
     def scores(self, x: np.ndarray) -> np.ndarray:
-        index = self._index(x)
+        index = self._index(float16.to_float32(x))
         vals, idx = index.search(self.queries, x.shape[0])
         out = np.empty_like(vals)
         np.put_along_axis(out, idx, vals, axis=1)
@@ -307,10 +419,14 @@ class FaissBackend:
         self.pos_scores = pos_scores
 
     def add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        index = self._index(x)
-        search = self.faiss.index_cpu_to_all_gpus(index) if self.gpu else index
+        x = float16.to_float32(x)
         k = min(self.m, x.shape[0])
-        vals, idx = search.search(self.queries, k)
+        if self.gpu is not None:
+            vals, idx = self.gpu.search(x, self.queries, k)
+            index = None  # a CPU index only if some query needs a range search
+        else:
+            index = self._index(x)
+            vals, idx = index.search(self.queries, k)
         rows = np.repeat(np.arange(vals.shape[0]), k)
         self.top.add_candidates(rows, vals.ravel(), ids[idx.ravel()])
         # Counts: the block's top-k are complete above its k-th score; queries with a positive
@@ -324,6 +440,8 @@ class FaissBackend:
         for chunk in np.array_split(np.flatnonzero(~easy), max(1, int((~easy).sum()) // 32)):
             if chunk.size == 0:
                 continue
+            if index is None:
+                index = self._index(x)
             radius = float(counter.min_pos[chunk].min())
             lims, dist, _ = index.range_search(self.queries[chunk], radius)
             r = np.repeat(chunk, np.diff(lims).astype(np.int64))
@@ -332,16 +450,16 @@ class FaissBackend:
     def state(self) -> TopState:
         return self.top.state()
 
-    def _index(self, x):
+    def _index(self, x: np.ndarray):
         index = self.faiss.IndexFlatIP(x.shape[1])
         index.add(np.ascontiguousarray(x, np.float32))
         return index
 
 
 def make_backend(name: str, queries: np.ndarray, m: int, block_size: int, dtype: str):
-    """Returns the backend `name` ("auto": "jax" on an accelerator, else "host")."""
+    """Returns the backend `name` ("auto": `choose_backend` for this machine)."""
     if name == "auto":
-        name = "host" if jax.default_backend() == "cpu" else "jax"
+        name = choose_backend(jax.default_backend(), faiss_gpus(), m)
     if name == "host":
         return HostBackend(queries, m)
     if name == "jax":

@@ -8,9 +8,10 @@ resume, and under `jax.distributed` each process scores a deterministic subset o
 whose partial results merge exactly (`topk.merge_states`).
 
 The backends that score a block (host numpy, JAX, faiss) live in `tailaware.search.backends`; this
-module streams shards through one of them. The host backend `speculates`: `score_shards`
-guesses each query's final M-th score from a random pilot sample of the rows, the backend
-filters at that floor, and queries where the guess proves too high get a second pass.
+module streams shards through one of them. The host and JAX backends `speculate`:
+`score_shards` guesses each query's final M-th score from a random pilot sample of the rows,
+the backend filters at that floor, and queries where the guess proves too high get a second
+pass.
 
 Shapes: Q queries, D descriptor dims, B block rows, M kept scores, P positive slots.
 Distractor ids are `shard << 32 | row`, so ties order by file position.
@@ -34,8 +35,10 @@ from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's
     BACKENDS,
     ROW_BITS,
     FaissBackend,
+    FaissGpu,
     HostBackend,
     JaxBackend,
+    choose_backend,
     global_ids,
     make_backend,
     split_ids,
@@ -171,7 +174,12 @@ def _pilot_floor(backend, shards: Sequence[Shard], spec: SearchSpec) -> np.ndarr
     x = np.concatenate(
         [shards[i].read_rows(pick[owner == i] - starts[i]) for i in np.unique(owner)]
     )
-    return topk.guess_floor(backend.scores(x), spec.m, expected)
+    scores = backend.scores(x)
+    floor = topk.guess_floor(scores, spec.m, expected)
+    if floor is not None and hasattr(backend, "expect_share"):
+        # The device pass sizes its candidate slots by the share of rows above the floor.
+        backend.expect_share(float(np.mean(scores >= floor[:, None], axis=1).max()))
+    return floor
 
 
 def _rescan(backend, state: TopState, shards, spec: SearchSpec, block_size: int) -> TopState:
