@@ -179,30 +179,29 @@ def test_resume_after_interruption_gives_identical_state(tmp_path):
 BIG_SHARDS = (1500, 700, 0, 1800)
 
 
-def run_spied(monkeypatch, queries, pos, shards, **kw):
+class SpyHost(scoring.HostBackend):
+    """The host backend, recording the query rows of every rescan (`subset`)."""
+
+    rescanned: list
+
+    def subset(self, rows):
+        self.rescanned.append(rows)
+        return super().subset(rows)
+
+
+def run_spied(queries, pos, shards, block=400, backend_options=None, **kw):
     """Runs the host engine; returns (state, S, backend, the query rows it rescanned)."""
-    made, rescanned = [], []
-    make, subset = scoring.make_backend, scoring.HostBackend.subset
-
-    def spy_make(*args):
-        made.append(make(*args))
-        return made[-1]
-
-    def spy_subset(self, rows):
-        rescanned.append(rows)
-        return subset(self, rows)
-
-    monkeypatch.setattr(scoring, "make_backend", spy_make)
-    monkeypatch.setattr(scoring.HostBackend, "subset", spy_subset)
-    state, n = run_engine("host", queries, pos, shards, block=400, **kw)
-    return state, n, made[0], rescanned
+    backend = SpyHost(queries, M, chunk=block, **(backend_options or {}))
+    backend.rescanned = []
+    spec = scoring.SearchSpec(1.0, 0, M, "test")
+    state, n = scoring.score_shards(backend, pos, shards, spec, block_size=block, **kw)
+    return state, n, backend, backend.rescanned
 
 
 @pytest.mark.parametrize("order", ["as drawn", "best first"])
-def test_speculation_cuts_the_buffered_scores_and_stays_exact(monkeypatch, order):
-    monkeypatch.setattr(scoring, "PILOT_ROWS", 3000)
+def test_speculation_cuts_the_buffered_scores_and_stays_exact(order):
     # Buffers barely wider than M: rows that overflow in a chunk take the dense selection.
-    monkeypatch.setattr(scoring.HostBackend, "FLOOR_SPARE", 3)
+    narrow = {"floor_spare": 3}
     queries, pos, shards, shards_x = make_problem(seed=6, shard_rows=BIG_SHARDS, dim=64)
     if order == "best first":  # each shard sorted by its mean score: the pilot is drawn anyway
         shards_x = [x[np.argsort(-(queries @ x.T).mean(0), kind="stable")] for x in shards_x]
@@ -210,7 +209,9 @@ def test_speculation_cuts_the_buffered_scores_and_stays_exact(monkeypatch, order
             dataclasses.replace(s, read_rows=lambda r, x=x: x[r])
             for s, x in zip(shards, shards_x, strict=True)
         ]
-    state, n, backend, rescanned = run_spied(monkeypatch, queries, pos, shards)
+    state, n, backend, rescanned = run_spied(
+        queries, pos, shards, backend_options=narrow, pilot_rows=3000
+    )
     top_v, top_i, counts, s = brute_force(queries, pos, shards_x, M)
     assert n == s
     np.testing.assert_array_equal(state.vals, top_v)
@@ -225,19 +226,19 @@ def test_speculation_cuts_the_buffered_scores_and_stays_exact(monkeypatch, order
     buffered = lambda b: sum(top.buffered for top in b.tops)
     assert buffered(backend) <= (scores >= floor[:, None]).sum()
     if order == "as drawn":
-        monkeypatch.setattr(scoring.HostBackend, "speculates", False)
-        plain, _, plain_backend, _ = run_spied(monkeypatch, queries, pos, shards)
+        plain, _, plain_backend, _ = run_spied(
+            queries, pos, shards, backend_options={**narrow, "speculates": False}
+        )
         np.testing.assert_array_equal(plain.ids, state.ids)
         assert buffered(backend) < 0.7 * buffered(plain_backend)
 
 
-def test_a_floor_guessed_too_high_is_rescanned(monkeypatch):
+def test_a_floor_guessed_too_high_is_rescanned():
     queries, pos, shards, shards_x = make_problem(seed=7, shard_rows=BIG_SHARDS, dim=64)
     top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
     # Even queries: their 3rd best score, far above their M-th; odd queries: no floor.
     floor = np.where(np.arange(Q) % 2 == 0, top_v[:, 2], -np.inf).astype(np.float32)
-    monkeypatch.setattr(scoring, "_pilot_floor", lambda *a: floor)
-    state, _, _, rescanned = run_spied(monkeypatch, queries, pos, shards)
+    state, _, _, rescanned = run_spied(queries, pos, shards, floor=floor)
     np.testing.assert_array_equal(state.vals, top_v)
     np.testing.assert_array_equal(state.ids, top_i)
     np.testing.assert_array_equal(state.counts, counts)
@@ -358,14 +359,13 @@ def test_device_pass_rescans_a_floor_guessed_too_high(monkeypatch):
     queries, pos, shards, shards_x = make_problem(seed=7, shard_rows=BIG_SHARDS, dim=64)
     top_v, top_i, counts, _ = brute_force(queries, pos, shards_x, M)
     floor = np.where(np.arange(Q) % 2 == 0, top_v[:, 2], -np.inf).astype(np.float32)
-    monkeypatch.setattr(scoring, "_pilot_floor", lambda *a: floor)
     rescanned, subset = [], scoring.JaxBackend.subset
     monkeypatch.setattr(
         scoring.JaxBackend,
         "subset",
         lambda self, rows: rescanned.append(rows) or subset(self, rows),
     )
-    state, _ = run_engine("jax", queries, pos, shards, block=400)
+    state, _ = run_engine("jax", queries, pos, shards, block=400, floor=floor)
     np.testing.assert_array_equal(state.vals, top_v)
     np.testing.assert_array_equal(state.ids, top_i)
     np.testing.assert_array_equal(state.counts, counts)

@@ -67,12 +67,21 @@ class HostBackend:
     one, and at most two blocks are held. `state` (or `drain`) waits for the rest.
     """
 
-    speculates = True  # filtering at a guessed floor cuts the selection work several times
-    FLOOR_SPARE = 1024  # buffer slots beyond M per query when filtering at a floor
-
-    def __init__(self, queries: np.ndarray, m: int, threads: int | None = None, chunk=4096):
+    def __init__(
+        self,
+        queries: np.ndarray,
+        m: int,
+        threads: int | None = None,
+        chunk: int = 4096,
+        floor_spare: int = 1024,
+        speculates: bool = True,
+    ):
+        """Args: `floor_spare`, buffer slots beyond M per query when filtering at a floor;
+        `speculates`, filter at a floor guessed from a pilot sample (`scoring.score_shards`),
+        which cuts the selection work several times."""
         self.queries = np.ascontiguousarray(queries, np.float32)
         self.m, self.chunk = m, min(chunk, m)
+        self.floor_spare, self.speculates = floor_spare, speculates
         self.threads = threads or os.cpu_count() or 1
         self.pool = futures.ThreadPoolExecutor(self.threads)
         self.blas = threadpoolctl.ThreadpoolController()  # found once: a lookup costs ~2 ms
@@ -91,14 +100,16 @@ class HostBackend:
 
     def subset(self, rows: np.ndarray) -> "HostBackend":
         """Returns a backend of the same settings for the queries `rows`."""
-        return HostBackend(self.queries[rows], self.m, self.threads, self.chunk)
+        return type(self)(
+            self.queries[rows], self.m, self.threads, self.chunk, self.floor_spare, self.speculates
+        )
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:
         self.drain()
         # Below a floor few scores are buffered (a chunk adds tens per query): room for
-        # FLOOR_SPARE beyond M suffices (a row that overflows takes a dense selection of its
+        # `floor_spare` beyond M suffices (a row that overflows takes a dense selection of its
         # chunk), and the narrower buffers cost fewer fresh pages (first touches run in parallel).
-        spare = min(self.chunk, self.FLOOR_SPARE)
+        spare = min(self.chunk, self.floor_spare)
         width = self.m + spare if state.floor is not None else 2 * self.m
 
         def make(t):

@@ -78,6 +78,10 @@ def sampled_rows(shard: Shard, fraction: float, seed: int) -> np.ndarray:
     return np.flatnonzero(sampling.in_sample(ids, fraction, seed))
 
 
+# Rows the floor's pilot sample scores (`_pilot_floor`).
+PILOT_ROWS = 4096
+
+
 def score_shards(
     backend,
     pos_scores: np.ndarray,
@@ -87,12 +91,14 @@ def score_shards(
     block_size: int,
     checkpoint: str | None = None,
     checkpoint_every_s: float = 0.0,
+    pilot_rows: int = PILOT_ROWS,
+    floor: np.ndarray | None = None,
 ) -> tuple[TopState, int]:
     """Streams `shards` through `backend`; returns the sorted state and the sample size S.
 
     A backend that `speculates` filters at a guess of each query's final M-th score from a
-    random pilot sample of the rows (`_pilot_floor`); queries where the guess proves too high
-    get a second pass over the shards.
+    random pilot sample of `pilot_rows` rows (`_pilot_floor`), or at the given `floor` [Q];
+    queries where the floor proves too high get a second pass over the shards.
 
     With `checkpoint`, the state is written there atomically after a shard (at most every
     `checkpoint_every_s` seconds, always the exact final state), and a run that finds a
@@ -111,7 +117,9 @@ def score_shards(
         logging.info("resuming after %d shards from %s", len(done), checkpoint)
     todo = shards[len(done) :]
     if state.floor is None and getattr(backend, "speculates", False):
-        state = state._replace(floor=_pilot_floor(backend, shards, spec))
+        if floor is None:
+            floor = _pilot_floor(backend, shards, spec, pilot_rows)
+        state = state._replace(floor=floor)
     backend.start(pos_scores, state)
     progress = _Progress(sum(s.num_rows for s in todo))
     last_write = time.monotonic()
@@ -151,13 +159,12 @@ def _abandon(backend) -> None:
         pass
 
 
-PILOT_ROWS = 4096
-
-
-def _pilot_floor(backend, shards: Sequence[Shard], spec: SearchSpec) -> np.ndarray | None:
+def _pilot_floor(
+    backend, shards: Sequence[Shard], spec: SearchSpec, pilot_rows: int
+) -> np.ndarray | None:
     """Returns [Q] a cautious guess of each query's final M-th score (`topk.guess_floor`).
 
-    It scores PILOT_ROWS rows drawn at random from all of `shards` (seeded, so a resumed run
+    It scores `pilot_rows` rows drawn at random from all of `shards` (seeded, so a resumed run
     draws the same), not from the sample: the sample is a hash of the ids, independent of the
     scores, so the two draws are alike and this one needs no ids. A random draw, unlike the
     first rows of the stream, makes the guess valid whatever the order of the shards.
@@ -167,7 +174,7 @@ def _pilot_floor(backend, shards: Sequence[Shard], spec: SearchSpec) -> np.ndarr
     expected = round(spec.fraction * total)
     if expected < 4 * spec.m:
         return None  # a large share of the scores is kept anyway: little to gain
-    pick = np.random.default_rng(spec.seed).choice(total, min(PILOT_ROWS, total), replace=False)
+    pick = np.random.default_rng(spec.seed).choice(total, min(pilot_rows, total), replace=False)
     pick = np.sort(pick)
     starts = np.cumsum(sizes) - sizes
     owner = np.searchsorted(starts, pick, side="right") - 1  # skips empty shards
