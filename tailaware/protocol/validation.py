@@ -200,8 +200,11 @@ def one_draw(
         if name == settings.estimator:
             point_aps, point_priors = aps, priors
     preds["evaluate-at-S"] = baselines.at_sample_map(scores, k)
-    subs = budget.nested_subsamples(scores, 3, seed)
-    preds.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
+    try:
+        subs = budget.nested_subsamples(scores, 3, seed)
+        preds.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
+    except ValueError:  # too small to halve 3 times (some query keeps no stored score)
+        preds.update({m: float("nan") for m in baselines.MODELS})
     preds[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
 
     if reps is None:
