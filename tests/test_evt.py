@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from tailaware.core.results import Hardness
 from tailaware.io.scores import make_scores
@@ -96,37 +96,67 @@ def test_evt_hardness_follows_eq_b1(scores, results):
             np.testing.assert_allclose(h.x[q, j], info["n_exceed"][q] / S * sf, rtol=1e-3)
 
 
-def _posterior_mean_reference(y_exc, y_pos, s):
+def _grid(settings):
+    """The shape grid of `evt.xi_grid`, transcribed: [-0.95, 0] in 20 points, then on above 0."""
+    step = 0.95 / 19
+    heavy = step * np.arange(1, int(np.floor(settings.xi_max / step + 1e-9)) + 1)
+    return np.concatenate([np.linspace(-0.95, 0, 20), heavy])
+
+
+def _log_prior(settings, xis, prior_mean=None, prior_sd=None):
+    if settings.prior == "empirical_bayes":  # a discretised normal over the grid
+        lp = -0.5 * ((xis - prior_mean) / prior_sd) ** 2
+    else:  # trapezoid weights times the lean towards longer tails
+        w = np.ones(xis.size)
+        w[[0, -1]] = 0.5
+        lp = np.log(w) + settings.xi_tilt * xis
+    return lp - np.log(np.exp(lp).sum())
+
+
+def _profile_reference(y_exc, xi):
+    """(sigma, log-likelihood with the scale integrated out by Laplace) at one shape, by scipy."""
+    lo = max(-xi * y_exc.max(), 1e-9) * (1 + 1e-12)
+    res = optimize.minimize_scalar(
+        lambda sg: -stats.genpareto.logpdf(y_exc, xi, scale=sg).sum(),
+        bounds=(lo, lo + 10 * y_exc.max()),
+        method="bounded",
+        options={"xatol": 1e-14},
+    )
+    # The curvature in log sigma by finite differences of scipy's log-likelihood, steps well
+    # inside the distance to the edge.
+    f = lambda ls: stats.genpareto.logpdf(y_exc, xi, scale=np.exp(ls)).sum()
+    ls = np.log(res.x)
+    h = min(1e-4, 1e-2 * np.log(res.x / lo)) if xi < 0 else 1e-4
+    curvature = -(f(ls + h) - 2 * f(ls) + f(ls - h)) / h**2
+    return res.x, -res.fun - 0.5 * np.log(curvature)
+
+
+def _posterior_mean_reference(y_exc, y_pos, s, settings, prior_mean=None, prior_sd=None):
     """numpy/scipy transcription of the averaged tail, scales by scipy's bounded optimiser."""
-    xis = np.linspace(evt.XI_MIN, 0, evt.XI_GRID_SIZE)
-    w = np.ones(evt.XI_GRID_SIZE)
-    w[[0, -1]] = 0.5
-    w = w * np.exp(TailSettings().xi_tilt * xis)  # the prior's lean towards longer tails
-    lls, sigmas = [], []
-    for xi in xis:
-        lo = max(-xi * y_exc.max(), 1e-9) * (1 + 1e-12)
-        res = optimize.minimize_scalar(
-            lambda sg, xi=xi: -stats.genpareto.logpdf(y_exc, xi, scale=sg).sum(),
-            bounds=(lo, lo + 10 * y_exc.max()),
-            method="bounded",
-            options={"xatol": 1e-14},
-        )
-        sigmas.append(res.x)
-        # The scale integrated out (Laplace): 1 / sqrt of the curvature in log sigma, by finite
-        # differences of scipy's log-likelihood, steps well inside the distance to the edge.
-        f = lambda ls, xi=xi: stats.genpareto.logpdf(y_exc, xi, scale=np.exp(ls)).sum()
-        ls = np.log(res.x)
-        h = min(1e-4, 1e-2 * np.log(res.x / lo)) if xi < 0 else 1e-4
-        curvature = -(f(ls + h) - 2 * f(ls) + f(ls - h)) / h**2
-        lls.append(-res.fun - 0.5 * np.log(curvature))
+    xis = _grid(settings)
+    sigmas, lls = zip(*(_profile_reference(y_exc, xi) for xi in xis), strict=True)
     with np.errstate(divide="ignore"):
-        lw = np.log(w) + np.array(lls)
+        lw = _log_prior(settings, xis, prior_mean, prior_sd) + np.array(lls)
     wts = np.exp(lw - lw.max())
     wts /= wts.sum()
     sf = np.array(
         [stats.genpareto.sf(y_pos, xi, scale=sg) for xi, sg in zip(xis, sigmas, strict=True)]
     )
     return np.log(len(y_exc) / s * (wts[:, None] * sf).sum(axis=0))
+
+
+def _check_against_reference(scores, h, settings):
+    priced = h.tail_priced
+    for q in (0, 20, 40):
+        # The threshold is the selected one (tested in test_threshold_selection*).
+        k = int(h.info["n_exceed_selected"][q])
+        u = float(scores.tail_scores[q, k])
+        y_exc = scores.tail_scores[q, :k].astype(np.float64) - u
+        j = np.flatnonzero(priced[q])
+        y_pos = scores.pos_scores[q, j].astype(np.float64) - u
+        mean, sd = h.info["prior_mean"][q], h.info["prior_sd"][q]
+        ref = _posterior_mean_reference(y_exc[y_exc > 0], y_pos, S, settings, mean, sd)
+        np.testing.assert_allclose(np.log(h.x[q, j]), ref, rtol=2e-3)
 
 
 def test_averaged_matches_reference_and_is_never_zero(scores, results):
@@ -138,15 +168,41 @@ def test_averaged_matches_reference_and_is_never_zero(scores, results):
     beyond = priced & (scores.pos_scores > h_mle.info["endpoint"][:, None])
     assert beyond.any() and np.all(h_mle.x[beyond] == 0) and np.all(h.x[beyond] > 0)
     np.testing.assert_array_equal(h_mle.info["share_zero"], beyond.sum(1) / h.mask.sum(1))
-    for q in (0, 20, 40):
-        # The threshold is the selected one (tested in test_threshold_selection*).
-        k = int(h.info["n_exceed_selected"][q])
-        u = float(scores.tail_scores[q, k])
-        y_exc = scores.tail_scores[q, :k].astype(np.float64) - u
-        j = np.flatnonzero(priced[q])
-        y_pos = scores.pos_scores[q, j].astype(np.float64) - u
-        ref = _posterior_mean_reference(y_exc[y_exc > 0], y_pos, S)
-        np.testing.assert_allclose(np.log(h.x[q, j]), ref, rtol=2e-3)
+    _check_against_reference(scores, h, _settings())  # the default: empirical Bayes up to 0.5
+
+
+def test_averaged_with_the_tilt_prior_matches_reference(scores):
+    settings = _settings(prior="tilt", xi_max=0.0)
+    h = evt.evt_averaged(scores, settings)
+    assert np.isnan(h.info["prior_mean"]).all()
+    _check_against_reference(scores, h, settings)
+
+
+def test_empirical_bayes_prior_maximises_the_marginal_likelihood():
+    # Per-query log-likelihood tables of queries whose shapes cluster near -0.2: the prior's
+    # (mean, sd) against a brute-force numpy search of the same candidates, and the fitted mean
+    # near the shapes' centre.
+    rng = np.random.default_rng(4)
+    xis = _grid(TailSettings(xi_max=0.5))
+    centres = rng.normal(-0.2, 0.05, 300)
+    log_lik = -0.5 * ((xis[None, :] - centres[:, None]) / 0.1) ** 2
+    fitted = np.ones(300, bool)
+    fitted[:5] = False  # queries without a fit carry no evidence
+    lp, mu, tau = jax.jit(evt.empirical_bayes_prior)(
+        jnp.asarray(log_lik, jnp.float32), jnp.asarray(fitted), jnp.asarray(xis, jnp.float32)
+    )
+    best = None
+    for m in np.linspace(xis[0], xis[-1], evt.EB_MEANS):
+        for t in evt.EB_SDS:
+            p = -0.5 * ((xis - m) / t) ** 2
+            p -= np.log(np.exp(p).sum())
+            total = np.sum(special.logsumexp(log_lik[fitted] + p[None, :], axis=1))
+            if best is None or total > best[0]:
+                best = (total, m, t)
+    assert float(mu) == pytest.approx(best[1], abs=1e-5)
+    assert float(tau) == pytest.approx(best[2], rel=1e-6)
+    assert abs(float(mu) + 0.2) < 0.05
+    np.testing.assert_allclose(np.exp(np.asarray(lp)).sum(), 1.0, rtol=1e-5)
 
 
 def test_accuracy_far_in_the_tail(scores, results):
@@ -196,13 +252,19 @@ def test_posterior_reads_short_and_long_bounded_tails():
     tail = -np.sort(-(0.3 + y), axis=1).astype(np.float32)
     pos = tail[:, :1] + 0.001
     posterior = jax.jit(evt.posterior, static_argnums=3)
-    _, w = posterior(jnp.asarray(pos), jnp.asarray(tail), 10**5, TailSettings())
-    xis, _ = evt.xi_grid(TailSettings().xi_tilt)
-    mean_xi = np.asarray(w) @ np.asarray(xis)
+
+    def mean_xi(rows, settings):
+        _, w = posterior(jnp.asarray(pos[rows]), jnp.asarray(tail[rows]), 10**5, settings)
+        xis, _ = evt.xi_grid(settings.xi_tilt, xi_max=settings.xi_max)
+        return np.asarray(w) @ np.asarray(xis)
+
+    # The tilt prior on [-0.95, 0], both shapes in one benchmark; the empirical-Bayes prior on
+    # [-0.95, 0.5], one benchmark per shape (it shrinks a benchmark's queries to their centre).
+    tilt = mean_xi(np.arange(80), TailSettings(prior="tilt", xi_max=0.0))
     for xi in (-0.8, -0.3):
-        got = mean_xi[true_xi == xi]
-        assert abs(got.mean() - xi) < 0.05, (xi, got.mean())
-        assert np.mean(np.abs(got - xi) < 0.15) >= 0.9, xi
+        for got in (tilt[true_xi == xi], mean_xi(true_xi == xi, TailSettings())):
+            assert abs(got.mean() - xi) < 0.05, (xi, got.mean())
+            assert np.mean(np.abs(got - xi) < 0.15) >= 0.9, xi
 
 
 def test_threshold_selection_keeps_gpd_tails():
@@ -244,7 +306,7 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk():
 
     def log10_x(settings):
         fn = jax.jit(lambda p, t: evt._posterior(p, t, float(sc.n_sample), settings))
-        atoms, weights, n_u, _ = jax.device_get(fn(pos, tail))
+        atoms, weights, n_u, _, _ = jax.device_get(fn(pos, tail))
         return np.asarray(evt._log_mean(atoms, weights)) / np.log(10), n_u
 
     selected, n_u = log10_x(TailSettings())
@@ -368,8 +430,9 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
 
 def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
     # The re-weighted posterior (float64, from the weights under exp(t xi)) against the
-    # posterior computed afresh with the prior exp(t' xi) for t' = t -/+ the prior's spread.
-    settings = _settings()
+    # posterior computed afresh with the prior exp(t' xi) for t' = t -/+ the prior's spread
+    # (the tilt prior: the re-weighting is the same factor for any base prior).
+    settings = _settings(prior="tilt", xi_max=0.0)
     got = evt.estimate(scores, settings, "mean", reruns=True)
     flat, steep = got.prior_weights
     pos, tail, _, s = evt._host_inputs(scores, settings)
@@ -379,6 +442,6 @@ def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
         _, ref = evt.posterior(pos, tail, s, other)
         np.testing.assert_allclose(weights, ref, rtol=2e-3, atol=1e-7)
     # A flatter prior weighs shorter tails more: every query's posterior mean of xi is lower.
-    xis = np.linspace(evt.XI_MIN, 0.0, evt.XI_GRID_SIZE)
+    xis = _grid(settings)
     mean_xi = [w @ xis for w in (flat, got.weights, steep)]
     assert (np.diff(mean_xi, axis=0) > 0).all()

@@ -247,7 +247,8 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
 
 
 def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor=1.0, width=None):
-    """`posterior`, plus the selected excess count [Q] and the A^2 statistics [F, Q].
+    """`posterior`, plus the selected excess count [Q], the A^2 statistics [F, Q] and the
+    empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
     `factor` and `width` set the default threshold's excess count as in `excesses`.
     """
@@ -259,14 +260,15 @@ def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor
     sigma, ll = _profile(y, mask, xis, XI_GRID_SIZE)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
     log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
-    log_prior = jnp.log(prior)
+    log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
     if settings.prior == "empirical_bayes":
-        log_prior, _, _ = empirical_bayes_prior(log_width + ll, jnp.any(mask, axis=1), xis)
+        log_prior, mu, tau = empirical_bayes_prior(log_width + ll, jnp.any(mask, axis=1), xis)
+        eb = jnp.stack([mu, tau]).astype(dtype)
     log_w = log_prior[None, :] + log_width + ll
     weights = jax.nn.softmax(log_w, axis=1)
     log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
-    return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad
+    return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad, eb
 
 
 def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
@@ -433,8 +435,15 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
             u, _, mask = excesses(tail_scores, threshold_quantile, factor, width)
             return *post, u, jnp.any(mask, axis=1)  # u: the default threshold, as in `estimate`
 
-        atoms, weights, n_u, ad, u, fit = jax.vmap(one)(jnp.asarray(factors, dtype))
-        info = {**info, "n_exceed_selected": n_u[0], "ad": ad[0, 0]}
+        atoms, weights, n_u, ad, eb, u, fit = jax.vmap(one)(jnp.asarray(factors, dtype))
+        q_ones = jnp.ones_like(n_u[0])
+        info = {
+            **info,
+            "n_exceed_selected": n_u[0],
+            "ad": ad[0, 0],
+            "prior_mean": eb[0, 0] * q_ones,  # the benchmark's, on every query's row
+            "prior_sd": eb[0, 1] * q_ones,
+        }
         extra = (atoms[1:], weights[1:], u[1:], fit[1:]) if reruns else None
         return _log_mean(atoms[0], weights[0]), info, atoms[0], weights[0], extra
     # The plug-in tail is the diagnostics' fit (`log_tail_prob`'s, computed once).
@@ -502,8 +511,9 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
     share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
     positives above the plug-in endpoint) and share_zero (tail-priced positives with hardness
     exactly 0; always 0 for method "mean"). Method "mean" adds n_exceed_selected (the excesses
-    over the threshold `select_threshold` chose; n_exceed where the default passed) and ad (the
-    Anderson-Darling statistic at the default threshold).
+    over the threshold `select_threshold` chose; n_exceed where the default passed), ad (the
+    Anderson-Darling statistic at the default threshold) and prior_mean, prior_sd (the
+    empirical-Bayes prior's, the same on every row; NaN for the tilt prior).
     """
     mask = scores.mask
     pos, tail, counts, s = _host_inputs(scores, settings)
