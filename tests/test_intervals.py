@@ -9,9 +9,15 @@ from tailaware.protocol import intervals, prediction
 from tailaware.protocol.settings import IntervalSettings, PredictSettings
 from tailaware.sim import simulate
 from tailaware.tail import estimators
+from tailaware.tail.settings import TailSettings
 
 Q = 120
 SETTINGS = IntervalSettings()
+# The tilt prior on [-0.95, 0] with the factors chosen for it on the simulator (2.5, 1.5): the
+# configuration whose bias on bounded laws these tests were built on (the default estimator,
+# chosen on the dev split, is validated in docs/validation.md).
+TILT = PredictSettings(tail=TailSettings(prior="tilt", xi_max=0.0))
+TILT_INTERVALS = IntervalSettings(threshold_sd=2.5, prior_sd=1.5)
 
 
 def test_query_bootstrap_covers_a_known_mean():
@@ -108,7 +114,7 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     # positives (the prediction errs low by several query standard errors), which resampling
     # queries or distractors does not reveal. The reported interval, widened by the estimator's
     # threshold sensitivity, holds the realized truth; the sampling interval alone does not.
-    settings = PredictSettings()
+    settings = TILT
     bench = simulate.make_benchmark(200, 10**6, "kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=0)
     sc, truth = d.scores, metrics.map_from_counts(d.truth_counts, 1000)
@@ -117,7 +123,7 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     point = float(aps.mean())
     dev, prior = prediction.model_deviations(sc, settings, [1e6], [point])
     reps = intervals.query_bootstrap(aps, 1000)
-    out = intervals.intervals(point, reps, SETTINGS, None, dev[0], None, prior[0])
+    out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0], None, prior[0])
     lo, hi = out.ci90.sampling
     assert not lo <= truth <= hi, (lo, truth, hi)
     lo, hi = out.ci90.reported
@@ -129,7 +135,7 @@ def test_prior_term_covers_a_bias_the_threshold_term_misses():
     # prices the positives just above the cut, so the prediction errs low by several points.
     # The reported interval (threshold and prior terms) holds the realized truth in each of
     # four independent benchmarks; the threshold term alone misses one of them.
-    settings = PredictSettings()
+    settings = TILT
     missed = []
     for seed in range(4):
         bench = simulate.make_benchmark(
@@ -143,9 +149,10 @@ def test_prior_term_covers_a_bias_the_threshold_term_misses():
         assert point < truth - 0.02  # the bias
         dev, prior = prediction.model_deviations(sc, settings, [1e8], [point], h)
         reps = intervals.query_bootstrap(aps, 1000)
-        out = intervals.intervals(point, reps, SETTINGS, None, dev[0], None, prior[0])
+        out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0], None, prior[0])
         lo, hi = out.ci90.reported
         assert lo <= truth <= hi, (seed, lo, truth, hi)
-        lo, hi = intervals.intervals(point, reps, SETTINGS, None, dev[0]).ci90.reported
+        only = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0])
+        lo, hi = only.ci90.reported
         missed.append(not lo <= truth <= hi)
     assert any(missed)  # seed 1 (truth 0.353, the threshold-only interval ends at 0.349)
