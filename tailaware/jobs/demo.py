@@ -36,9 +36,9 @@ def curves(scores: SampledScores, settings: TailSettings, k: int, sizes) -> dict
 
 def run(config, workdir: str) -> None:
     """Scores the demo's benchmark, predicts from its sample, prints and writes the results."""
+    tail = config_lib.check_demo(config)
     t0 = time.time()
     d = config.demo
-    tail = config_lib.tail_settings(config)
     bench = synthetic.make_benchmark(
         d.n_instances,
         d.queries_per_instance,
@@ -52,7 +52,9 @@ def run(config, workdir: str) -> None:
     k = int(config.k)
     truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s in sizes]
     n_full = sizes[-1]
-    grid = np.unique(np.geomspace(min(sizes[0], scores.n_sample), n_full, 25).round())
+    # S itself on the grid: the curves' conditioned branch starts there (plots.map_vs_gallery).
+    grid = np.geomspace(min(sizes[0], scores.n_sample), n_full, 25).round()
+    grid = np.unique(np.append(grid, scores.n_sample))
     predicted = curves(scores, tail, k, [*grid, *sizes])
     predicted_grid = {name: v[: len(grid)] for name, v in predicted.items()}
     predicted = {name: v[len(grid) :] for name, v in predicted.items()}

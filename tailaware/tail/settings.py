@@ -6,6 +6,7 @@ a module global that someone else may have changed.
 """
 
 import dataclasses
+import math
 
 from tailaware.tail import dequantize
 
@@ -52,3 +53,11 @@ class TailSettings:
             raise ValueError(f"threshold_quantile must be in (0, 1), got {self.threshold_quantile}")
         if self.min_count < 0:
             raise ValueError(f"min_count must be >= 0, got {self.min_count}")
+        if not math.isfinite(self.xi_tilt):
+            raise ValueError(f"xi_tilt must be finite, got {self.xi_tilt}")
+        if not 0.0 <= self.prior_spread < math.inf:
+            raise ValueError(f"prior_spread must be finite and >= 0, got {self.prior_spread}")
+        if not self.ad_critical > 0:
+            raise ValueError(f"ad_critical must be > 0 (inf: never raise), got {self.ad_critical}")
+        if not self.tie_share > 0:
+            raise ValueError(f"tie_share must be > 0 (inf: never spread), got {self.tie_share}")
