@@ -7,6 +7,7 @@ import math
 import os
 import struct
 import tempfile
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -100,7 +101,7 @@ def read_npz(path: str | os.PathLike, what: str, schema: dict | None = None) -> 
                     fields[name] = _read_member(member, info.file_size, path, name)
     except errors.InputError:
         raise
-    except _ARCHIVE_ERRORS as e:
+    except READ_ERRORS as e:
         raise errors.InputError(
             f"{path}: not a readable .npz archive, truncated or corrupt ({type(e).__name__}: "
             f"{e}); expected {what}"
@@ -120,8 +121,11 @@ def read_npz(path: str | os.PathLike, what: str, schema: dict | None = None) -> 
 
 # "PK\x03\x04" opens a zip archive's first entry; "PK\x05\x06" an empty archive.
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
-# What the zip and .npy layers raise on a damaged file.
-_ARCHIVE_ERRORS = (
+# What the zip and .npy layers raise on a damaged file (numpy parses an .npy header with
+# `tokenize` and `ast`: a flipped bit there is a TokenError or a SyntaxError).
+READ_ERRORS = (
+    tokenize.TokenError,
+    SyntaxError,
     zipfile.BadZipFile,
     zlib.error,
     EOFError,

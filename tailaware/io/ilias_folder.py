@@ -22,7 +22,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
-from tailaware.io import errors, features
+from tailaware.io import atomic, errors, features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _load_npy(path: str, dim: int | None) -> np.ndarray:
     """Returns the memory map of a `.npy` descriptor file, checked: [n, d] floats."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
+    except atomic.READ_ERRORS as e:
         raise errors.InputError(f"{path}: not a readable .npy file ({e})") from e
     if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.dtype.kind != "f":
         got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr).__name__

@@ -102,7 +102,7 @@ def _entry(path: str, name: str, info, size: int):
     fail = lambda msg: errors.field_error(path, name, msg)
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
         raise fail("expected a header entry with dtype, shape and data_offsets")
-    if info["dtype"] not in _ST_DTYPES:
+    if not isinstance(info["dtype"], str) or info["dtype"] not in _ST_DTYPES:
         raise fail(f"dtype {info['dtype']!r}; expected one of {sorted(_ST_DTYPES)}")
     dtype, shape, offsets = np.dtype(_ST_DTYPES[info["dtype"]]), info["shape"], info["data_offsets"]
     ints = lambda v: isinstance(v, list) and all(type(i) is int and i >= 0 for i in v)
