@@ -56,10 +56,11 @@ def reconciled(count: int) -> tuple[str, ...]:
     float32 ties on reading (`io.scores`), else ()."""
     if not count:
         return ()
+    whose = "1 positive's count" if count == 1 else f"{count} positives' counts"
     return (
-        f"RECONCILED: {count} positive{'s' * (count != 1)}' count{'s' * (count != 1)} exceeded "
-        "the stored tail scores strictly above by float32 ties only (counts computed at a higher "
-        "precision than the stored scores); set to the strict rule on the stored scores",
+        f"RECONCILED: {whose} exceeded the stored tail scores strictly above by float32 ties "
+        "only (counts computed at a higher precision than the stored scores); set to the strict "
+        "rule on the stored scores",
     )
 
 
