@@ -35,7 +35,12 @@ def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
 
 
 def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
-    """Writes a PNG of mAP@k versus gallery size: the truth, predictions and evaluate-at-S.
+    """Writes `gallery_figure(truth, predicted, at_sample, k)` as a PNG at `path`."""
+    atomic.save_figure(gallery_figure(truth, predicted, at_sample, k), path)
+
+
+def gallery_figure(truth, predicted, at_sample, k) -> Figure:
+    """Returns the figure of mAP@k versus gallery size: the truth, predictions, evaluate-at-S.
 
     A prediction is two laws that meet at the sample size S: at N >= S the gallery contains the
     sample and the law conditions on its counts; below S it predicts a random sub-gallery of the
@@ -45,7 +50,6 @@ def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
     line joining them would draw a spike that no gallery has.
 
     Args:
-      path: the PNG to write.
       truth: (sizes, mAP@k) measured on the full galleries.
       predicted: (grid, {estimator: mAP@k on the grid}) from the sample alone.
       at_sample: (S, mAP@k measured on the sample).
@@ -71,7 +75,7 @@ def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    atomic.save_figure(fig, path)
+    return fig
 
 
 def validation(workdir: str, results: dict, estimator: str) -> None:
