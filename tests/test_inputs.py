@@ -12,8 +12,10 @@ import functools
 import io
 import json
 import os
+import re
 import shutil
 import struct
+import sys
 import tempfile
 
 import h5py
@@ -23,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tailaware import models
 from tailaware.core.results import Hardness
 from tailaware.data import files
 from tailaware.io import artifact, atomic, features, ilias_folder
@@ -370,3 +373,52 @@ def test_surviving_scores_files_predict(folder, data, estimator):
     lo, hi = p.interval.ci90.reported
     assert 0.0 <= lo <= hi <= 1.0
     assert any(line.startswith("SUB-GALLERY") for line in p.diagnostics.summary) == (n_target < S)
+
+
+# Named cases ------------------------------------------------------------------------------
+
+
+def test_ilias_folder_problems_name_the_file(tmp_path):
+    rng = np.random.default_rng(0)
+    for k in range(2):
+        ids = [f"tar{k}/{i}" for i in range(4)]
+        path = tmp_path / features.distractor_name(k)
+        features.write_features(path, rng.normal(size=(4, 3)), ids)
+    one = tmp_path / features.distractor_name(1)
+    with h5py.File(one, "w") as f:  # 4 descriptors, 3 ids
+        f.create_dataset("features", data=np.zeros((4, 3), np.float16))
+        f.create_dataset("index", data=np.array([b"a", b"b", b"c"]))
+    with pytest.raises(InputError, match=r"00001.hdf5: field 'features': has shape \(4, 3\)"):
+        ilias_folder.distractor_shards(str(tmp_path), 3)
+    features.write_features(one, np.zeros((3, 3)), ["a", "", "c"])
+    with pytest.raises(InputError, match=r"00001.hdf5: field 'index': row 1 has an empty id"):
+        features.read_ids(one)
+    os.rename(tmp_path / features.distractor_name(0), tmp_path / features.distractor_name(2))
+    with pytest.raises(FileNotFoundError, match=r"00000.hdf5: missing distractor shard"):
+        ilias_folder.distractor_shards(str(tmp_path), 3)
+    with pytest.raises(InputError, match=r"00002.hdf5: 3 distractor shards; expected 2"):
+        shutil.copy(tmp_path / features.distractor_name(1), tmp_path / features.distractor_name(0))
+        ilias_folder.distractor_shards(str(tmp_path), 3, expected=2)
+    ids = tmp_path / "positive_ids.txt"
+    ids.write_text("id,scale,clutter\na/pos/1.jpg,1,0\nb/pos/2.jpg,1,0\na/pos/1.jpg,2,1\n")
+    with pytest.raises(InputError, match=r"positive_ids.txt: field 'ids': duplicate id 'a/pos/1"):
+        files.read_id_list(ids)
+
+
+def test_a_checkpoint_of_another_model_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "other.safetensors"
+    arr = np.zeros((2, 2), np.float32)
+    header = {"vision.other.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}
+    path.write_bytes(safetensors_blob(header, arr.tobytes()))
+    spec = models.spec_for("hf_dinov2", "dinov2", "mu/14", pos_grid=2)
+    with pytest.raises(models.CheckpointError) as e:
+        models.load(path, "hf_dinov2", spec)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: checkpoint does not match hf_dinov2") and "\n" not in msg
+    assert re.search(r"missing \((\d+)\): (\S+, ){5}\S+ and \d+ more$", msg), msg
+
+
+def test_faiss_missing_says_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
+    with pytest.raises(ImportError, match=r"backend faiss needs the `cpu` extra"):
+        scoring.make_backend("faiss", np.zeros((2, 3), np.float32), 4, 8, "float32")

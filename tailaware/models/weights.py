@@ -445,7 +445,7 @@ def convert(state_dict: dict[str, Array], source: str, spec, module=None) -> dic
         parts = [
             f"{label} ({len(names)}): {_first(names)}"
             for label, names in (
-                ("missing", missing),
+                ("missing", list(dict.fromkeys(missing))),  # a key two rules read, once
                 ("unexpected", unexpected),
                 ("mismatched", bad_shape),
                 ("model parameters without a rule", unset),
