@@ -52,9 +52,7 @@ def run(config, workdir: str) -> None:
     k = int(config.k)
     truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s in sizes]
     n_full = sizes[-1]
-    # S itself on the grid: the curves' conditioned branch starts there (plots.map_vs_gallery).
-    grid = np.geomspace(min(sizes[0], scores.n_sample), n_full, 25).round()
-    grid = np.unique(np.append(grid, scores.n_sample))
+    grid = np.unique(np.geomspace(min(sizes[0], scores.n_sample), n_full, 25).round())
     predicted = curves(scores, tail, k, [*grid, *sizes])
     predicted_grid = {name: v[: len(grid)] for name, v in predicted.items()}
     predicted = {name: v[len(grid) :] for name, v in predicted.items()}
