@@ -14,10 +14,10 @@ def messages(caplog):
 
 
 def test_progress_logs_the_start_the_beats_and_the_end(caplog):
-    with caplog.at_level(logging.INFO), report.progress("stage X", every_s=0.05):
+    with caplog.at_level(logging.INFO), report.progress("stage X", "of Y", every_s=0.05):
         time.sleep(0.4)
     got = messages(caplog)
-    assert got[0] == "stage X ..." and got[-1].startswith("stage X: done in")
+    assert got[0] == "stage X of Y ..." and got[-1].startswith("stage X: done in")
     assert any(m.startswith("stage X: ") and m.endswith("s so far") for m in got[1:-1])
 
 
@@ -25,9 +25,11 @@ def test_report_logs_each_stage(tmp_path, caplog):
     with caplog.at_level(logging.INFO):
         report.report(sample(), SETTINGS, 4000, str(tmp_path))
     got = messages(caplog)
-    for stage in ("hardness of 6 queries by count", "predicting mAP@10 at N = 4,000"):
-        assert any(m.startswith(stage) and m.endswith("...") for m in got), got
-        assert any(m.startswith(stage) and ": done in" in m for m in got), got
+    starts = ("estimating hardness of 6 queries by count", "predicting mAP@10 at N = 4,000")
+    for start in starts:
+        assert any(m.startswith(start) and m.endswith("...") for m in got), got
+    for stage in ("estimating hardness", "predicting"):
+        assert any(m.startswith(f"{stage}: done in") for m in got), got
     assert (tmp_path / "prediction.json").exists()
 
 

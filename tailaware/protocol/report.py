@@ -39,10 +39,10 @@ PROGRESS_EVERY_S = 10.0
 
 
 @contextlib.contextmanager
-def progress(stage: str, every_s: float = PROGRESS_EVERY_S):
-    """Logs `stage` when the block starts, every `every_s` seconds while it runs (from a
-    thread, so the work itself is untouched) and when it ends."""
-    logging.info("%s ...", stage)
+def progress(stage: str, detail: str = "", every_s: float = PROGRESS_EVERY_S):
+    """Logs `stage` (with `detail`) when the block starts, then `stage` every `every_s` seconds
+    while it runs (from a thread, so the work itself is untouched) and when it ends."""
+    logging.info("%s ...", f"{stage} {detail}" if detail else stage)
     t0, done = time.monotonic(), threading.Event()
 
     def beat():
@@ -74,15 +74,16 @@ def report(
     `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output.
     """
     q, m = scores.tail_scores.shape
-    with progress(f"hardness of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"):
+    what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
+    with progress("estimating hardness", what):
         hardness = prediction.estimate(scores, settings)
     opts = settings.protocol
     stages = (
-        f"predicting mAP@{settings.k} at N = {n_target:,} and {opts.curve_points} curve sizes: "
-        f"E[AP], nested bootstrap of {opts.nested_replicates} replicates, query bootstrap of "
+        f"mAP@{settings.k} at N = {n_target:,} and {opts.curve_points} curve sizes: E[AP], "
+        f"nested bootstrap of {opts.nested_replicates} replicates, query bootstrap of "
         f"{opts.query_replicates}, budget check on {opts.budget_levels} sub-samples"
     )
-    with progress(stages):
+    with progress("predicting", stages):
         p = prediction.predict(scores, settings, n_target, hardness)._replace(queries=queries)
     provenance = {"evt": dataclasses.asdict(settings.tail), **(metadata or {})}
     art = artifact.from_hardness(
