@@ -422,3 +422,18 @@ def test_faiss_missing_says_which_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
     with pytest.raises(ImportError, match=r"backend faiss needs the `cpu` extra"):
         scoring.make_backend("faiss", np.zeros((2, 3), np.float32), 4, 8, "float32")
+
+
+def test_a_damaged_pickled_checkpoint_is_one_line(tmp_path):
+    torch = pytest.importorskip("torch")  # the `convert` extra
+    path = tmp_path / "w.pth"
+    torch.save({"state_dict": {"a": torch.ones(2, 3)}}, path)
+    np.testing.assert_array_equal(state_dict.load_state_dict(path)["a"], np.ones((2, 3)))
+    blob = path.read_bytes()
+    for damaged in (blob[: len(blob) // 2], b"not a checkpoint"):
+        path.write_bytes(damaged)
+        with pytest.raises(InputError, match=r"w.pth: not a readable PyTorch checkpoint"):
+            state_dict.load_state_dict(path)
+    torch.save([torch.ones(2)], path)
+    with pytest.raises(InputError, match=r"w.pth: expected a state dict, got list"):
+        state_dict.load_state_dict(path)
