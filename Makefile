@@ -4,23 +4,33 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
-EXTRAS_TEST := test,data,convert
+# Every install goes through the lock: the versions the suite last passed with (pip-compile of
+# pyproject.toml's ranges with the extras below; `make lock` regenerates it).
+LOCK := requirements.lock
+PIP := pip==26.3
+EXTRAS_RUN := cpu
+EXTRAS_TEST := cpu,text,test,data,convert
 # Reference implementations for the weight-conversion tests, installed without their
 # torchvision requirement (see pyproject.toml, extra `convert`).
 NO_DEPS_TEST := timm==1.0.31 open_clip_torch==3.3.0
+# torch 2.13.0 (extra `convert`): PyPI's Linux wheel is the CUDA build (several GB). Where pip
+# would fetch that, `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the
+# CPU build first, which the lock's torch==2.13.0 then accepts (README, Set-up).
+TORCH_INDEX ?=
 
-.PHONY: demo test lint notebooks clean
+.PHONY: demo test lint notebooks lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(PIP)"
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+$(STAMP_RUN): pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[$(EXTRAS_RUN)]"
 	touch $@
 
-$(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS_TEST)]"
+$(STAMP_TEST): pyproject.toml $(LOCK) | $(BIN)/python
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q torch==2.13.0 --index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[$(EXTRAS_TEST)]"
 	$(BIN)/python -m pip install -q --no-deps $(NO_DEPS_TEST)
 	touch $@ $(STAMP_RUN)
 
@@ -37,6 +47,18 @@ test: lint
 
 notebooks: $(STAMP_TEST)
 	$(BIN)/jupytext --to ipynb notebooks/[0-9]*.py
+
+# Regenerates the lock from pyproject.toml (Linux x86_64, Python 3.11). Versions already in it
+# are kept where the ranges still allow them; `rm requirements.lock` first to take the newest.
+# torch is written as 2.13.0, not the local build (+cpu) it resolved to, so that either wheel
+# satisfies it.
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install -q pip-tools==7.6.2
+	$(BIN)/pip-compile -q --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+		$(foreach e,$(subst $(comma), ,$(EXTRAS_TEST)),--extra $(e)) -o $(LOCK) pyproject.toml
+	sed -i 's/^torch==2\.13\.0+.*/torch==2.13.0/' $(LOCK)
+
+comma := ,
 
 clean:
 	rm -rf $(VENV) workdir

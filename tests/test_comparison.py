@@ -125,5 +125,9 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
     with pytest.raises(ValueError, match="'n_target'"):
         compare.compare(typed_a, typed_b._replace(n_target=10**9))
     bad = ml_collections.ConfigDict(dict(cfg, b=str(tmp_path / "missing.json")))
-    with pytest.raises(ValueError, match="missing.json: not a readable prediction.json"):
+    with pytest.raises(FileNotFoundError, match="--config.b=.*missing.json: no such file"):
+        compare_job.run(bad, str(tmp_path / "w2"))
+    (tmp_path / "broken.json").write_text('{"map": 0.5')
+    bad = ml_collections.ConfigDict(dict(cfg, b=str(tmp_path / "broken.json")))
+    with pytest.raises(ValueError, match="broken.json: not a readable prediction.json"):
         compare_job.run(bad, str(tmp_path / "w2"))

@@ -268,14 +268,16 @@ def test_missing_corrupt_mismatched_and_duplicate_inputs_name_the_file(folder, t
     features.write_features(
         os.path.join(mismatch, features.distractor_name(0)), np.zeros((3, DIM + 1)), ["a", "b", "c"]
     )
-    with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: dimension 17"):
+    with pytest.raises(
+        ValueError, match=r"features_distractors_00000\.hdf5: field 'features': dimension 17"
+    ):
         ilias.run(config(mismatch), str(tmp_path / "w3"))
 
     dup = _copy(folder, tmp_path / "dup")
     features.write_features(
         os.path.join(dup, features.distractor_name(0)), np.zeros((2, DIM)), ["x/1", "x/1"]
     )
-    with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: duplicate .* 'x/1'"):
+    with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: .*duplicate id 'x/1'"):
         ilias.run(config(dup, sample_fraction=1.0), str(tmp_path / "w4"))
 
     nan = _copy(folder, tmp_path / "nan")

@@ -10,6 +10,7 @@ import pytest
 
 from tailaware.core import law, metrics
 from tailaware.io import scores as scores_lib
+from tests.test_scores import float32_tie_fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,3 +117,46 @@ def test_predict_command_rejects_bad_file(tmp_path):
     )
     assert out.returncode != 0
     assert "bad.npz" in out.stderr and "'pos_scores': missing" in out.stderr
+
+
+@pytest.mark.slow
+def test_broken_inputs_end_in_one_line(tmp_path):
+    # The broken inputs, as a new user runs them: each ends in one line on stderr naming
+    # the file or flag (exit status 1, no traceback), the traceback only with --verbose.
+    good = tmp_path / "good.npz"
+    fields, _ = float32_tie_fields()
+    np.savez(good, **fields)  # counts in float64, scores stored in float32: one tie
+    (tmp_path / "trunc.npz").write_bytes(good.read_bytes()[:1000])
+    (tmp_path / "text.npz").write_text("query,positive,score\n")
+    predict = ["--config=configs/predict.py", f"--workdir={tmp_path / 'w'}"]
+    cases = {
+        "trunc": (f"--config.scores={tmp_path / 'trunc.npz'}", "trunc.npz: not a readable .npz"),
+        "text": (f"--config.scores={tmp_path / 'text.npz'}", "text.npz: not an .npz archive"),
+        "k=0": ("--config.k=0", "--config.k: expected 1 <= k <= 10,000, got 0"),
+        "kk": ("--config.kk=1", "--config.kk=1: no field 'kk' in configs/predict.py"),
+        "flag": ("--nonexistent", "Unknown command line flag 'nonexistent'"),
+    }
+    base = [*predict, f"--config.scores={good}", "--config.n_target=1000000"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+    def run(*args):  # all at once: most of each run is starting Python and JAX
+        cmd = [sys.executable, "launch.py", *base, *args]  # a later flag wins
+        pipe = subprocess.PIPE
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
+
+    procs = {name: run(arg) for name, (arg, _) in cases.items()}
+    procs["verbose"] = run(cases["trunc"][0], "--verbose")
+    procs["ties"] = run("--config.n_target=1000", "--config.estimator=count")
+    out = {name: p.communicate(timeout=300) for name, p in procs.items()}
+    for name, (_, words) in cases.items():
+        stderr = out[name][1]
+        assert procs[name].returncode == 1 and "Traceback" not in stderr, stderr
+        errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and words in errors[0], stderr
+    assert procs["verbose"].returncode == 1 and "Traceback" in out["verbose"][1]
+    assert "InputError: " in out["verbose"][1]
+    # The float32-tie file predicts; at N < S the summary says it is a sub-gallery prediction.
+    assert procs["ties"].returncode == 0, out["ties"][1][-3000:]
+    summary = json.loads((tmp_path / "w" / "prediction.json").read_text())["diagnostics"]["summary"]
+    assert summary[0].startswith("RECONCILED: 1 positive's count")
+    assert summary[1].startswith("SUB-GALLERY: N = 1,000 < S = 3,000")

@@ -12,6 +12,8 @@ import os
 import tarfile
 from collections.abc import Callable, Iterator
 
+from tailaware.io import errors, features
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
@@ -19,13 +21,24 @@ def read_id_list(path: str | os.PathLike) -> list[str]:
     """Reads an ILIAS id list: one id per line, or CSV whose first field is the id.
 
     A header line whose first field is `id` is skipped (`positive_ids.txt` is `id,scale,clutter`).
+
+    Raises:
+      MissingInput: no such file.
+      InputError: naming the file: no ids, a repeated id, or not UTF-8 text.
     """
+    path = errors.require_file(path, "an ILIAS id list (one id per line)")
     ids = []
-    with open(path) as f:
-        for line in f:
-            first = line.strip().split(",")[0].split("\t")[0].strip()
-            if first and first != "id":
-                ids.append(first)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                first = line.strip().split(",")[0].split("\t")[0].strip()
+                if first and first != "id":
+                    ids.append(first)
+    except UnicodeDecodeError as e:
+        raise errors.InputError(f"{path}: not a text id list ({e})") from e
+    if not ids:
+        raise errors.InputError(f"{path}: no ids; expected one id per line")
+    features.check_ids(ids, path, "ids")
     return ids
 
 
@@ -36,15 +49,18 @@ def read_text_queries(root: str | os.PathLike, id_file: str = "text_query_ids.tx
     `id<TAB>text` with the text inline.
     """
     out = []
-    with open(os.path.join(root, id_file)) as f:
+    ids_path = errors.require_file(os.path.join(root, id_file), "the text query ids")
+    with open(ids_path, encoding="utf-8") as f:
         for line in f:
             i, _, text = line.rstrip("\n").partition("\t")
             if not i.strip():
                 continue
             if not text:
-                with open(os.path.join(root, *i.split("/"))) as g:
+                path = errors.require_file(os.path.join(root, *i.split("/")), f"the text of {i!r}")
+                with open(path, encoding="utf-8") as g:
                     text = g.read().strip()
             out.append((i, text))
+    features.check_ids([i for i, _ in out], ids_path, "ids")
     return out
 
 
@@ -68,7 +84,7 @@ def iter_files(
     for i in ids:
         path = os.path.join(root, *i.split("/"))
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: image of id {i!r} not found under {root}")
+            raise errors.MissingInput(f"{path}: image of id {i!r} not found under {root}")
         with open(path, "rb") as f:
             yield i, f.read()
 

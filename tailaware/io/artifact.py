@@ -46,8 +46,8 @@ import os
 import numpy as np
 
 from tailaware.core.results import Hardness
-from tailaware.io import atomic
-from tailaware.io.scores import SampledScores
+from tailaware.io import atomic, errors
+from tailaware.io.scores import SampledScores, check_ids
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
@@ -200,22 +200,23 @@ def load(path: str | os.PathLike) -> HardnessArtifact:
     """Reads and validates a hardness artifact.
 
     Raises:
-      ValueError: naming the file, the field and what was expected.
+      MissingInput: no such file.
+      InputError: naming the file, the field and what was expected.
     """
-    fields = atomic.read_npz(path, "hardness artifact")
+    fields = atomic.read_npz(path, "a hardness artifact .npz (a predict job's hardness.npz)")
     return _validate(fields, os.fspath(path))
 
 
 def _validate(fields: dict, src: str) -> HardnessArtifact:
     def fail(field, msg):
-        raise ValueError(f"{src}: field '{field}': {msg}")
+        raise errors.field_error(src, field, msg)
 
     for name in REQUIRED:
         if name not in fields:
             fail(name, "missing (required)")
     extra = [f for f in fields if f not in REQUIRED + OPTIONAL and not f.startswith("fit_")]
     if extra:
-        fail(sorted(extra)[0], "unknown field")
+        fail(sorted(extra)[0], "unknown field; expected those of docs/outputs.md")
 
     x, mask, priced, fixed = (fields[n] for n in ("x", "mask", "tail_priced", "fixed_counts"))
     for name, arr, kind in (
@@ -231,6 +232,8 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         if arr.shape != x.shape:
             fail(name, f"expected the shape of x {x.shape}, got {arr.shape}")
     q = x.shape[0]
+    if 0 in x.shape:
+        fail("x", f"expected [Q, P] with Q, P >= 1, got shape {x.shape}")
     if not np.isfinite(x).all():
         fail("x", "holds NaN or infinite values")
     if (x < 0).any() or (x > 1).any():
@@ -264,8 +267,8 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
             fail(name, f"expected a numeric [Q] = [{q}] array, got {arr.dtype} {arr.shape}")
         fit[name[4:]] = arr
     query_ids = fields.get("query_ids")
-    if query_ids is not None and query_ids.shape != (q,):
-        fail("query_ids", f"expected [Q] = [{q}], got shape {query_ids.shape}")
+    if query_ids is not None:
+        check_ids(query_ids, q, fail)
     atoms, weights = _validate_atoms(fields, ("atoms", "weights"), x.shape, fail)
     rerun_atoms, rerun_weights = _validate_atoms(
         fields, ("rerun_atoms", "rerun_weights"), x.shape, fail, reruns=True

@@ -1,13 +1,21 @@
-"""Atomic file writes: a result file is either absent or complete, never half-written."""
+"""Atomic file writes (a result file is either absent or complete, never half-written) and the
+checked `.npz` read every reader uses (`read_npz`)."""
 
 import contextlib
 import json
+import math
 import os
+import struct
 import tempfile
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from tailaware.io import errors
 
 # The process's file-creation mask, read once at import (os.umask can only be read by setting
 # it): a finished file gets the permissions a plain open() would give it, not mkstemp's 0600.
@@ -55,15 +63,109 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
         fig.savefig(tmp, dpi=dpi, format="png")
 
 
-def read_npz(path: str | os.PathLike, what: str) -> dict:
-    """Returns every array of an `.npz` file; errors name the file and say what it should be."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such {what}")
+def read_npz(path: str | os.PathLike, what: str, schema: dict | None = None) -> dict:
+    """Returns every array of an `.npz` file, each checked against its archive entry first.
+
+    A truncated or bit-flipped archive, a text or `.npy` file, a member that is not a plain
+    array (pickled objects) or whose header promises more data than it holds is an
+    `InputError` naming the file (and the field); nothing is allocated from a header's word.
+
+    Args:
+      path: the file.
+      what: what it should be, for the messages (e.g. "a sampled-scores .npz file").
+      schema: optional {field: (dtype kinds, ndim)} of required fields, e.g. {"ids": ("i", 2)}
+        (kinds as `np.dtype.kind`: "f" float, "iu" integer, "U" string, "b" bool).
+
+    Raises:
+      MissingInput: no such file.
+      InputError: naming the file, the field where there is one, and what was expected.
+    """
+    path = errors.require_file(path, what)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head not in _ZIP_MAGIC:
+        found = {b"": "an empty file", b"\x93NUM": "a single .npy array"}.get(head)
+        raise errors.InputError(
+            f"{path}: not an .npz archive ({found or f'starts with {head!r}'}); expected {what}"
+        )
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {name: z[name] for name in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable .npz file ({e})") from e
+        with zipfile.ZipFile(path) as z:
+            fields = {}
+            for info in z.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise errors.InputError(
+                        f"{path}: member {info.filename!r} is not an .npy array; expected {what}"
+                    )
+                with z.open(info) as member:
+                    name = info.filename[: -len(".npy")]
+                    fields[name] = _read_member(member, info.file_size, path, name)
+    except errors.InputError:
+        raise
+    except READ_ERRORS as e:
+        raise errors.InputError(
+            f"{path}: not a readable .npz archive, truncated or corrupt ({type(e).__name__}: "
+            f"{e}); expected {what}"
+        ) from e
+    for name, (kinds, ndim) in (schema or {}).items():
+        if name not in fields:
+            raise errors.field_error(path, name, f"missing (required); expected {what}")
+        arr = fields[name]
+        if arr.dtype.kind not in kinds or arr.ndim != ndim:
+            raise errors.field_error(
+                path,
+                name,
+                f"expected a {ndim}-d array of kind {kinds!r}, got {arr.dtype} {arr.shape}",
+            )
+    return fields
+
+
+# "PK\x03\x04" opens a zip archive's first entry; "PK\x05\x06" an empty archive.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+# What the zip and .npy layers raise on a damaged file (numpy parses an .npy header with
+# `tokenize` and `ast`: a flipped bit there is a TokenError or a SyntaxError).
+READ_ERRORS = (
+    tokenize.TokenError,
+    SyntaxError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    KeyError,
+    struct.error,
+    NotImplementedError,
+    RuntimeError,
+    OverflowError,
+    TypeError,
+)
+
+
+def _read_member(member, size: int, path: str, name: str) -> np.ndarray:
+    """Returns one `.npy` member of an archive: its header checked against its size, then read
+    to its end (which checks the archive's CRC)."""
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise errors.field_error(path, name, f"unsupported .npy format version {version}")
+    if dtype.hasobject:
+        raise errors.field_error(path, name, "holds pickled Python objects; expected a plain array")
+    expected = math.prod(shape) * dtype.itemsize
+    held = size - member.tell()
+    if held != expected:
+        raise errors.field_error(
+            path,
+            name,
+            f"{held} bytes of data for shape {shape} {dtype} ({expected} bytes): truncated or "
+            "corrupt",
+        )
+    data = bytearray(member.read())  # writable, like np.load's arrays
+    if len(data) != expected:
+        raise errors.field_error(path, name, f"{len(data)} of {expected} bytes: truncated")
+    arr = np.frombuffer(data, dtype) if expected else np.zeros(0, dtype)
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def _json_default(obj: Any) -> Any:

@@ -5,12 +5,13 @@ The official ILIAS evaluation writes one file per split (`features_image_queries
 (`features_distractors_{idx:05d}.hdf5`); features are float16 and L2-normalised.
 """
 
+import contextlib
 import os
 
 import h5py
 import numpy as np
 
-from tailaware.io import atomic
+from tailaware.io import atomic, errors
 
 IMAGE_QUERIES = "features_image_queries.hdf5"
 TEXT_QUERIES = "features_text_queries.hdf5"
@@ -36,8 +37,13 @@ def write_features(path: str | os.PathLike, features: np.ndarray, ids: list[str]
 
 
 def read_ids(path: str | os.PathLike) -> list[str]:
-    """Reads only the `index` dataset of an ILIAS-format file."""
-    with _open(path) as f:
+    """Reads only the `index` dataset of an ILIAS-format file (checked: [n] ASCII strings).
+
+    Raises:
+      MissingInput: no such file.
+      InputError: naming the file and the field.
+    """
+    with _open(path) as f, _reading(path):
         return _ids(f, path)
 
 
@@ -47,24 +53,14 @@ def read_features(
     """Reads `features` (as stored, usually float16) and ids, optionally only `rows` (sorted).
 
     Raises:
-      ValueError: naming the file and field when a dataset is missing or malformed, or when
-        `dim` is given and the feature dimension differs.
+      MissingInput: no such file.
+      InputError: naming the file and field when a dataset is missing or malformed (not
+        [n, d] floats with n = len(index), NaN or infinite values, `dim` given and the feature
+        dimension differs).
     """
-    with _open(path) as f:
+    with _open(path) as f, _reading(path):
         ids = _ids(f, path)
-        if "features" not in f:
-            raise ValueError(f"{path}: missing dataset 'features' (expected [n, d] float16)")
-        ds = f["features"]
-        if ds.ndim != 2 or ds.shape[0] != len(ids):
-            raise ValueError(
-                f"{path}: field 'features' has shape {ds.shape}; expected [n, d] with "
-                f"n = {len(ids)} rows as in 'index'"
-            )
-        if dim is not None and ds.shape[1] != dim:
-            raise ValueError(
-                f"{path}: field 'features' has dimension {ds.shape[1]}; expected {dim} "
-                "(the dimension of the other files)"
-            )
+        ds = _features(f, path, len(ids), dim)
         if rows is None:
             feats = ds[...]
         else:
@@ -72,23 +68,84 @@ def read_features(
             feats = ds[rows] if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
             ids = [ids[r] for r in rows]
     if not np.all(np.isfinite(feats)):
-        raise ValueError(f"{path}: field 'features' holds NaN or infinite values")
+        raise errors.field_error(path, "features", "holds NaN or infinite values")
     return feats, ids
 
 
+def shape(path: str | os.PathLike) -> tuple[int, int]:
+    """Returns (n, d) of an ILIAS-format file, checking both datasets' shapes and dtypes only
+    (the ids and descriptors are not read)."""
+    with _open(path) as f, _reading(path):
+        index = _dataset(f, path, "index", "[n] id strings")
+        if index.ndim != 1:
+            raise errors.field_error(path, "index", f"expected [n] id strings, got {index.shape}")
+        return _features(f, path, index.shape[0]).shape
+
+
 def _open(path: str | os.PathLike) -> h5py.File:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such feature file")
+    path = errors.require_file(path, "an ILIAS-format HDF5 feature file")
     try:
         return h5py.File(path, "r")
-    except OSError as e:
-        raise ValueError(f"{path}: not a readable HDF5 file ({e})") from e
+    except (OSError, ValueError) as e:
+        raise errors.InputError(
+            f"{path}: not a readable HDF5 file ({e}); expected an ILIAS-format feature file"
+        ) from e
+
+
+@contextlib.contextmanager
+def _reading(path):
+    """Turns what h5py raises on a damaged file into an `InputError` naming it."""
+    try:
+        yield
+    except errors.InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
+        raise errors.InputError(f"{path}: unreadable, truncated or corrupt HDF5 ({e})") from e
+
+
+def _dataset(f: h5py.File, path, name: str, expected: str):
+    if name not in f or not isinstance(f[name], h5py.Dataset):
+        raise errors.field_error(path, name, f"missing dataset (expected {expected})")
+    return f[name]
+
+
+def _features(f: h5py.File, path, n: int, dim: int | None = None):
+    """Returns the `features` dataset, checked: [n, d] floats (d = `dim` when given)."""
+    ds = _dataset(f, path, "features", "[n, d] float16")
+    if ds.dtype.kind != "f":
+        raise errors.field_error(path, "features", f"expected floats (float16), got {ds.dtype}")
+    if ds.ndim != 2 or ds.shape[0] != n:
+        raise errors.field_error(
+            path, "features", f"has shape {ds.shape}; expected [n, d] with n = {n} rows as 'index'"
+        )
+    if dim is not None and ds.shape[1] != dim:
+        raise errors.field_error(
+            path,
+            "features",
+            f"has dimension {ds.shape[1]}; expected {dim} (the dimension of the other files)",
+        )
+    return ds
 
 
 def _ids(f: h5py.File, path: str | os.PathLike) -> list[str]:
-    if "index" not in f:
-        raise ValueError(f"{path}: missing dataset 'index' (expected [n] id strings)")
-    raw = f["index"][...]
-    if raw.ndim != 1:
-        raise ValueError(f"{path}: field 'index' has shape {raw.shape}; expected [n]")
-    return [r.decode("ascii") if isinstance(r, bytes) else str(r) for r in raw]
+    raw = _dataset(f, path, "index", "[n] id strings")[...]
+    if raw.ndim != 1 or raw.dtype.kind not in "SOU":
+        raise errors.field_error(
+            path, "index", f"expected [n] id strings, got {raw.dtype} {raw.shape}"
+        )
+    try:
+        ids = [r.decode("ascii") if isinstance(r, bytes) else str(r) for r in raw]
+    except UnicodeDecodeError as e:
+        raise errors.field_error(path, "index", f"not ASCII ({e})") from e
+    check_ids(ids, path, "index")
+    return ids
+
+
+def check_ids(ids, source, field: str) -> None:
+    """Raises an `InputError` naming `source` and `field` when an id is empty or repeated."""
+    empty = [i for i, v in enumerate(ids) if not str(v).strip()]
+    if empty:
+        raise errors.field_error(source, field, f"row {empty[0]} has an empty id")
+    if len(set(ids)) != len(ids):  # a set is 3x faster than np.unique on strings
+        uniq, counts = np.unique(np.asarray(ids), return_counts=True)
+        raise errors.field_error(source, field, f"duplicate id {str(uniq[counts > 1][0])!r}")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
-from tailaware.io import features
+from tailaware.io import atomic, errors, features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,16 +49,27 @@ class Split:
 
 
 def read_split(folder: str, name: str, dim: int | None = None) -> Split:
-    """Reads `name` (an ILIAS file name) from `folder`, as HDF5 or as `.npy` + `.ids.txt`."""
+    """Reads `name` (an ILIAS file name) from `folder`, as HDF5 or as `.npy` + `.ids.txt`.
+
+    Raises:
+      MissingInput: neither file is there.
+      InputError: naming the file and the field (descriptors not [n, d] finite floats of `dim`
+        columns, ids not one per row, empty or repeated).
+    """
+    if not os.path.isdir(folder):
+        raise errors.MissingInput(f"{folder}: no such folder; expected an ILIAS-format folder")
     path = os.path.join(folder, name)
     if os.path.exists(path):
         feats, ids = features.read_features(path, dim=dim)
         return Split(feats, np.asarray(ids))
     npy = _npy_path(path)
     if os.path.exists(npy):
-        feats = _check_npy(npy, np.load(npy, mmap_mode="r"), dim)
-        return Split(np.asarray(feats), _read_txt_ids(npy, feats.shape[0]))
-    raise FileNotFoundError(f"{path}: missing (nor {os.path.basename(npy)} with its id list)")
+        feats = np.asarray(_load_npy(npy, dim))
+        return Split(_finite(npy, feats, "descriptors"), _read_txt_ids(npy, feats.shape[0]))
+    raise errors.MissingInput(
+        f"{path}: missing (nor {os.path.basename(npy)} with its id list); expected an "
+        "ILIAS-format feature file"
+    )
 
 
 def distractor_shards(folder: str, dim: int, expected: int = 0) -> list[Shard]:
@@ -70,29 +81,45 @@ def distractor_shards(folder: str, dim: int, expected: int = 0) -> list[Shard]:
       expected: the number of shards there must be (0: whatever is there).
 
     Raises:
-      FileNotFoundError / ValueError: naming the missing, unreadable or mismatched file.
+      MissingInput: no shard, a gap in the numbering (naming the missing shard), or fewer than
+        `expected`.
+      InputError: naming an unreadable or mismatched file, more shards than `expected`, or one
+        number given as both `.hdf5` and `.npy`.
     """
+    if not os.path.isdir(folder):
+        raise errors.MissingInput(f"{folder}: no such folder; expected an ILIAS-format folder")
     found = {}
     for path in sorted(glob.glob(os.path.join(folder, "features_distractors_*"))):
         match = _SHARD_RE.search(os.path.basename(path))
         if match:
-            found.setdefault(int(match.group(1)), path)
+            number = int(match.group(1))
+            if number in found:
+                raise errors.InputError(
+                    f"{path}: shard {number} is also {os.path.basename(found[number])}; keep one"
+                )
+            found[number] = path
     if not found:
-        raise FileNotFoundError(f"{folder}: no distractor shards features_distractors_*.hdf5")
+        raise errors.MissingInput(
+            f"{folder}: no distractor shards features_distractors_{{00000..}}.hdf5 (or .npy)"
+        )
     n = max(max(found) + 1, expected)
     missing = [i for i in range(n) if i not in found]
     if missing:
         name = features.distractor_name(missing[0])
-        raise FileNotFoundError(f"{os.path.join(folder, name)}: missing distractor shard")
+        raise errors.MissingInput(
+            f"{os.path.join(folder, name)}: missing distractor shard; shards are numbered "
+            f"0..{n - 1} without gaps"
+        )
+    if expected and n > expected:
+        raise errors.InputError(
+            f"{found[n - 1]}: {n} distractor shards; expected {expected} (--config.expected_shards)"
+        )
     return [_open_shard(i, found[i], dim) for i in range(n)]
 
 
 def _open_shard(number: int, path: str, dim: int) -> Shard:
     if path.endswith(".npy"):
-        try:
-            arr = _check_npy(path, np.load(path, mmap_mode="r"), dim)
-        except ValueError as e:
-            raise ValueError(f"{path}: not a readable .npy file ({e})") from e
+        arr = _load_npy(path, dim)
         read = lambda rows: take_rows(np.load(path, mmap_mode="r"), rows)
         return Shard(
             number,
@@ -101,20 +128,12 @@ def _open_shard(number: int, path: str, dim: int) -> Shard:
             lambda: _read_txt_ids(path, arr.shape[0]),
             lambda rows: _finite(path, read(rows), "descriptors"),
         )
-    try:
-        with h5py.File(path, "r") as f:
-            if "features" not in f or "index" not in f:
-                raise ValueError("expected datasets 'features' and 'index'")
-            shape, n_ids = f["features"].shape, f["index"].shape
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable ILIAS feature file ({e})") from e
-    if len(shape) != 2 or n_ids != (shape[0],):
-        raise ValueError(f"{path}: 'features' {shape} and 'index' {n_ids} do not match")
-    if shape[1] != dim:
-        raise ValueError(f"{path}: dimension {shape[1]}; expected {dim} (as the queries)")
-    return Shard(
-        number, path, shape[0], lambda: np.asarray(features.read_ids(path)), _h5_rows(path)
-    )
+    n, d = features.shape(path)
+    if d != dim:
+        raise errors.field_error(
+            path, "features", f"dimension {d}; expected {dim} (as the queries)"
+        )
+    return Shard(number, path, n, lambda: np.asarray(features.read_ids(path)), _h5_rows(path))
 
 
 def _h5_rows(path: str):
@@ -124,8 +143,8 @@ def _h5_rows(path: str):
             with h5py.File(path, "r") as f:
                 ds = f["features"]
                 x = take_rows(ds, rows) if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
-        except OSError as e:
-            raise ValueError(f"{path}: unreadable features ({e})") from e
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise errors.InputError(f"{path}: field 'features': unreadable ({e})") from e
         return _finite(path, x, "field 'features'")
 
     return read
@@ -142,7 +161,9 @@ def take_rows(array, rows: np.ndarray) -> np.ndarray:
 
 def _finite(path: str, x: np.ndarray, what: str) -> np.ndarray:
     if not np.isfinite(x).all():
-        raise ValueError(f"{path}: {what}: NaN or infinite values; expected finite descriptors")
+        raise errors.InputError(
+            f"{path}: {what}: NaN or infinite values; expected finite descriptors"
+        )
     return x
 
 
@@ -150,23 +171,35 @@ def _npy_path(path: str) -> str:
     return os.path.splitext(path)[0] + ".npy"
 
 
-def _check_npy(path, arr, dim):
-    if arr.ndim != 2:
-        raise ValueError(f"{path}: expected [n, d] descriptors, got shape {arr.shape}")
+def _load_npy(path: str, dim: int | None) -> np.ndarray:
+    """Returns the memory map of a `.npy` descriptor file, checked: [n, d] floats."""
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except atomic.READ_ERRORS as e:
+        raise errors.InputError(f"{path}: not a readable .npy file ({e})") from e
+    if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.dtype.kind != "f":
+        got = f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray) else type(arr).__name__
+        raise errors.InputError(f"{path}: descriptors: expected [n, d] floats, got {got}")
     if dim is not None and arr.shape[1] != dim:
-        raise ValueError(f"{path}: dimension {arr.shape[1]}; expected {dim} (as the queries)")
+        raise errors.InputError(
+            f"{path}: descriptors: dimension {arr.shape[1]}; expected {dim} (as the queries)"
+        )
     return arr
 
 
 def _read_txt_ids(npy: str, n: int) -> np.ndarray:
     path = os.path.splitext(npy)[0] + ".ids.txt"
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: missing id list for {npy}")
-    with open(path) as f:
-        ids = np.asarray([line.rstrip("\n") for line in f if line.strip()])
-    if ids.size != n:
-        raise ValueError(f"{path}: {ids.size} ids for {n} descriptors in {npy}")
-    return ids
+        raise errors.MissingInput(f"{path}: missing id list for {npy}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            ids = [line.rstrip("\n") for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.InputError(f"{path}: unreadable id list ({e})") from e
+    if len(ids) != n:
+        raise errors.InputError(f"{path}: {len(ids)} ids for {n} descriptors in {npy}")
+    features.check_ids(ids, path, "ids")
+    return np.asarray(ids)
 
 
 def instance_of(ids) -> np.ndarray:
@@ -178,26 +211,29 @@ def ground_truth(query_ids, positive_ids) -> tuple[np.ndarray, np.ndarray]:
     """Returns (slots [Q, P] int64 indices into the positives, -1 padded; relevant [Q, T] bool).
 
     Raises:
-      ValueError: on duplicate ids or a query without positives (naming it).
+      InputError: on duplicate ids or a query without positives (naming it).
     """
     for label, ids in (("query", query_ids), ("positive", positive_ids)):
         uniq, counts = np.unique(np.asarray(ids), return_counts=True)
         if (counts > 1).any():
-            raise ValueError(f"duplicate {label} id {str(uniq[counts > 1][0])!r}")
+            raise errors.InputError(f"duplicate {label} id {str(uniq[counts > 1][0])!r}")
     relevant = instance_of(query_ids)[:, None] == instance_of(positive_ids)[None, :]
     n_pos = relevant.sum(axis=1)
     if (n_pos == 0).any():
-        raise ValueError(f"query {str(query_ids[int(np.argmin(n_pos))])!r} has no positives")
+        raise errors.InputError(
+            f"query {str(query_ids[int(np.argmin(n_pos))])!r} has no positives (no positive id "
+            "shares its instance, the part before the first '/')"
+        )
     order = np.argsort(~relevant, axis=1, kind="stable")[:, : n_pos.max()]
     slots = np.where(np.take_along_axis(relevant, order, axis=1), order, -1)
     return slots.astype(np.int64), relevant
 
 
 def check_distinct(query_ids, positive_ids) -> None:
-    """Raises ValueError naming an id that is both a query and a positive."""
+    """Raises an `InputError` naming an id that is both a query and a positive."""
     overlap = set(map(str, query_ids)) & set(map(str, positive_ids))
     if overlap:
-        raise ValueError(f"id {sorted(overlap)[0]!r} is both a query and a positive")
+        raise errors.InputError(f"id {sorted(overlap)[0]!r} is both a query and a positive")
 
 
 def fingerprint(queries: Split, positives: Split) -> str:

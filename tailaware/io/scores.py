@@ -15,6 +15,17 @@ Q queries, M stored tail scores per query and P positives per query (padded).
 
 Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
 outranks a positive only when its score is strictly greater.
+
+Reading checks every field (`InputError` naming the file, the field and what was expected). A
+positive's count must agree with the stored tail: at least the stored scores strictly above it,
+and exactly that many when it is at or above the last stored score. Counts computed at a higher
+precision than the stored float32 scores can exceed that by ties the rounding made: a
+distractor just above the positive rounds to the positive's own float32 value (rounding never
+reverses an order, it can only make two values equal). A count that exceeds the stored scores
+strictly above it by no more than the stored scores equal to it is such a tie; it is reconciled
+to the strict rule applied to the stored values, and `SampledScores.reconciled` counts the
+positives so changed (the prediction's summary says how many). Any other disagreement is an
+error.
 """
 
 import dataclasses
@@ -22,7 +33,7 @@ import os
 
 import numpy as np
 
-from tailaware.io import atomic
+from tailaware.io import atomic, errors
 
 # float16 descriptors can give cosine similarities slightly outside [-1, 1].
 SCORE_BOUND = 1.01
@@ -38,6 +49,7 @@ class SampledScores:
     n_sample: int
     fixed_counts: np.ndarray
     query_ids: np.ndarray | None = None
+    reconciled: int = 0  # positives whose count was reconciled with a float32 tie on reading
 
     @property
     def mask(self) -> np.ndarray:
@@ -72,7 +84,7 @@ def make_scores(
     """Builds a validated `SampledScores` from arrays, casting to the file's dtypes.
 
     Raises:
-      ValueError: naming `source`, the field and the problem.
+      InputError: naming `source`, the field and the problem.
     """
     fields = {
         "tail_scores": np.asarray(tail_scores, dtype=np.float32),
@@ -94,14 +106,14 @@ def concatenate(samples, source: str = "<concatenated>") -> SampledScores:
     same S and the same M stored scores. Query ids are kept when all have them.
 
     Raises:
-      ValueError: naming `source` and the field, when the samples' S or M differ.
+      InputError: naming `source` and the field, when the samples' S or M differ.
     """
     for name, sizes in (
         ("n_sample", {int(sc.n_sample) for sc in samples}),
         ("tail_scores", {sc.tail_scores.shape[1] for sc in samples}),
     ):
         if len(sizes) != 1:
-            raise ValueError(f"{source}: field '{name}': the samples differ ({sorted(sizes)})")
+            raise errors.field_error(source, name, f"the samples differ ({sorted(sizes)})")
     p = max(sc.pos_scores.shape[1] for sc in samples)
     cat = lambda name, width, fill: np.concatenate(
         [
@@ -110,7 +122,7 @@ def concatenate(samples, source: str = "<concatenated>") -> SampledScores:
         ]
     )
     ids = [sc.query_ids for sc in samples]
-    return make_scores(
+    whole = make_scores(
         np.concatenate([sc.tail_scores for sc in samples]),
         cat("pos_scores", p, np.nan),
         cat("pos_counts", p, -1),
@@ -119,6 +131,7 @@ def concatenate(samples, source: str = "<concatenated>") -> SampledScores:
         query_ids=None if any(i is None for i in ids) else np.concatenate(ids),
         source=source,
     )
+    return dataclasses.replace(whole, reconciled=sum(sc.reconciled for sc in samples))
 
 
 def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
@@ -139,36 +152,49 @@ def load_scores(path: str | os.PathLike) -> SampledScores:
     """Reads and validates a sampled-scores `.npz`.
 
     Raises:
-      ValueError: naming the file, the field and what was expected.
+      MissingInput: no such file.
+      InputError: naming the file, the field and what was expected.
     """
-    fields = atomic.read_npz(path, "sampled-scores file")
+    fields = atomic.read_npz(path, "a sampled-scores .npz file (docs/outputs.md)")
     return _validate(fields, os.fspath(path))
+
+
+def count_above(tail: np.ndarray, pos: np.ndarray, strict: bool = True) -> np.ndarray:
+    """Returns [Q, P] the stored tail scores of each query above each positive's score.
+
+    A sorted search per query (the tail is descending): memory [Q, P], never [Q, P, M].
+
+    Args:
+      tail: [Q, M] descending, -inf padded.
+      pos: [Q, P]; NaN (padding) counts 0.
+      strict: count the scores strictly above (the tie rule); else at or above.
+    """
+    neg = -np.asarray(tail)  # ascending, +inf padded
+    key = np.where(np.isnan(pos), np.inf, -np.asarray(pos))
+    side = "left" if strict else "right"
+    out = np.empty(key.shape, np.int64)
+    for q in range(neg.shape[0]):
+        out[q] = np.searchsorted(neg[q], key[q], side=side)
+    return np.where(np.isnan(pos), 0, out)
 
 
 def _validate(fields: dict, src: str) -> SampledScores:
     def fail(field, msg):
-        raise ValueError(f"{src}: field '{field}': {msg}")
+        raise errors.field_error(src, field, msg)
 
     for name in ("tail_scores", "pos_scores", "pos_counts", "n_sample"):
         if name not in fields:
             fail(name, "missing (required)")
-    unknown = set(fields) - {
-        "tail_scores",
-        "pos_scores",
-        "pos_counts",
-        "n_sample",
-        "fixed_counts",
-        "query_ids",
-    }
+    unknown = set(fields) - set(FIELDS)
     if unknown:
-        fail(sorted(unknown)[0], "unknown field")
+        fail(sorted(unknown)[0], f"unknown field; expected only {', '.join(FIELDS)}")
 
     tail, pos, counts = fields["tail_scores"], fields["pos_scores"], fields["pos_counts"]
     _check_dtype(tail, np.float32, "tail_scores", fail)
     _check_dtype(pos, np.float32, "pos_scores", fail)
     _check_dtype(counts, np.int64, "pos_counts", fail)
-    if tail.ndim != 2:
-        fail("tail_scores", f"expected [Q, M], got shape {tail.shape}")
+    if tail.ndim != 2 or 0 in tail.shape:
+        fail("tail_scores", f"expected [Q, M] with Q, M >= 1, got shape {tail.shape}")
     q, m = tail.shape
     if pos.ndim != 2 or pos.shape[0] != q:
         fail("pos_scores", f"expected [Q, P] with Q = {q}, got shape {pos.shape}")
@@ -176,7 +202,7 @@ def _validate(fields: dict, src: str) -> SampledScores:
         fail("pos_counts", f"expected the shape of pos_scores {pos.shape}, got {counts.shape}")
 
     n_sample = fields["n_sample"]
-    if n_sample.shape != () or not np.issubdtype(n_sample.dtype, np.integer):
+    if n_sample.shape != () or n_sample.dtype.kind not in "iu":
         fail("n_sample", f"expected an integer scalar, got {n_sample.dtype} {n_sample.shape}")
     s = int(n_sample)
     if s < 1:
@@ -218,19 +244,7 @@ def _validate(fields: dict, src: str) -> SampledScores:
     if not valid.any(axis=1).all():
         row = int(np.flatnonzero(~valid.any(axis=1))[0])
         fail("pos_scores", f"query {row} has no positives")
-
-    # Counts must agree with the stored tail: at least the stored scores above the positive,
-    # and exactly that many when the positive is at or above the last stored score.
-    above = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
-    last = np.where(n_finite == m, tail[:, -1], -np.inf)
-    covered = valid & (pos >= last[:, None])
-    if (valid & (counts < above)).any() or (covered & (counts != above)).any():
-        qi, pi = np.argwhere((valid & (counts < above)) | (covered & (counts != above)))[0]
-        fail(
-            "pos_counts",
-            f"query {qi} positive {pi}: count {counts[qi, pi]} is inconsistent with the "
-            f"{above[qi, pi]} stored tail scores above its score {pos[qi, pi]:.6f}",
-        )
+    counts, reconciled = _agree_with_tail(tail, pos, counts, valid, n_finite == m, fail)
 
     if "fixed_counts" in fields:
         fixed = fields["fixed_counts"]
@@ -244,9 +258,52 @@ def _validate(fields: dict, src: str) -> SampledScores:
         fixed = np.where(valid, 0, -1).astype(np.int64)
 
     query_ids = fields.get("query_ids")
-    if query_ids is not None and query_ids.shape != (q,):
-        fail("query_ids", f"expected [Q] = [{q}], got shape {query_ids.shape}")
-    return SampledScores(tail, pos, counts, s, fixed, query_ids)
+    if query_ids is not None:
+        check_ids(query_ids, q, fail)
+    return SampledScores(tail, pos, counts, s, fixed, query_ids, reconciled)
+
+
+FIELDS = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
+
+
+def _agree_with_tail(tail, pos, counts, valid, full, fail) -> tuple[np.ndarray, int]:
+    """Returns (the counts, how many were reconciled) after checking them against the tail.
+
+    A count is at least the stored scores strictly above its positive, and exactly that many
+    when the positive is at or above the last stored score (`full` [Q]: the row holds M scores;
+    a shorter row holds the whole sample). Above that, a count may exceed it by stored scores
+    equal to the positive (float32 ties of higher-precision counts): reconciled to the strict
+    rule on the stored values (the module docstring).
+    """
+    above = count_above(tail, pos)
+    ties = count_above(tail, pos, strict=False) - above
+    last = np.where(full, tail[:, -1], -np.inf)
+    covered = valid & (pos >= last[:, None])
+    tie = covered & (counts > above) & (counts <= above + ties)
+    wrong = valid & (counts < above) | covered & ~tie & (counts != above)
+    if wrong.any():
+        qi, pi = np.argwhere(wrong)[0]
+        fail(
+            "pos_counts",
+            f"query {qi} positive {pi}: count {counts[qi, pi]} is inconsistent with the "
+            f"{above[qi, pi]} stored tail scores above its score {pos[qi, pi]:.6f} (and "
+            f"{ties[qi, pi]} equal to it); expected at least that many, and exactly that many "
+            "at or above the last stored score",
+        )
+    return np.where(tie, above, counts), int(tie.sum())
+
+
+def check_ids(ids, q: int, fail) -> None:
+    """Checks query ids: [Q] strings, none empty, none repeated (`fail(field, message)`)."""
+    if ids.dtype.kind != "U" or ids.shape != (q,):
+        fail("query_ids", f"expected [Q] = [{q}] strings, got {ids.dtype} {ids.shape}")
+    if (np.char.str_len(np.char.strip(ids)) == 0).any():
+        fail(
+            "query_ids", f"query {int(np.flatnonzero(np.char.strip(ids) == '')[0])} has an empty id"
+        )
+    uniq, n = np.unique(ids, return_counts=True)
+    if (n > 1).any():
+        fail("query_ids", f"duplicate id {str(uniq[n > 1][0])!r}")
 
 
 def _check_dtype(arr, dtype, name, fail):

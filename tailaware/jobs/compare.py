@@ -15,6 +15,7 @@ from absl import logging
 
 from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
+from tailaware.io.errors import InputError
 from tailaware.jobs import config as config_lib
 from tailaware.protocol import comparison, from_artifact, schema
 
@@ -23,30 +24,20 @@ def _read(path: str, config) -> Prediction:
     """Returns the prediction in `path`: a prediction.json, or a hardness artifact's prediction
     at `config.n_target` and `config.k` (a `.npz` path)."""
     if str(path).endswith(".npz"):
-        n_target = int(config.get("n_target", 0))
-        if n_target < 1:
-            raise ValueError(
-                f"{path}: a hardness artifact needs --config.n_target, the N to compare at"
-            )
         settings = config_lib.predict_settings(config)
-        return from_artifact.predict(artifact.load(path), settings, n_target, str(path))
+        art = artifact.load(path)
+        return from_artifact.predict(art, settings, int(config.n_target), str(path))
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return schema.prediction_from_json(json.load(f), str(path))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable prediction.json ({e})") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a readable prediction.json ({e})") from e
 
 
 def run(config, workdir: str) -> None:
     """Reads `config.a` and `config.b` and writes `workdir/comparison.json`."""
-    preds = []
-    for name in ("a", "b"):
-        path = config[name]
-        if not path:
-            raise ValueError(
-                f"--config.{name} must name a prediction.json or hardness.npz (the predict job's)"
-            )
-        preds.append(_read(path, config))
+    config_lib.check_compare(config)
+    preds = [_read(config[name], config) for name in ("a", "b")]
     settings = config_lib.predict_settings(config)
     try:
         out = comparison.compare(

@@ -36,9 +36,9 @@ def curves(scores: SampledScores, settings: TailSettings, k: int, sizes) -> dict
 
 def run(config, workdir: str) -> None:
     """Scores the demo's benchmark, predicts from its sample, prints and writes the results."""
+    tail = config_lib.check_demo(config)
     t0 = time.time()
     d = config.demo
-    tail = config_lib.tail_settings(config)
     bench = synthetic.make_benchmark(
         d.n_instances,
         d.queries_per_instance,

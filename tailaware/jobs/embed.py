@@ -25,6 +25,8 @@ from tailaware.core import sampling
 from tailaware.data import files, preprocess
 from tailaware.embed import embedder, text
 from tailaware.io import features
+from tailaware.io.errors import MissingInput
+from tailaware.jobs import config as config_lib
 
 
 def build_model(mc, embed_cfg=None):
@@ -71,7 +73,7 @@ def work_units(ec) -> list[tuple[str, Callable[[], Iterator]]]:
     if ec.input == "tars":
         paths = sorted(glob.glob(ec.tars))
         if not paths:
-            raise FileNotFoundError(f"no tar shard matches {ec.tars!r}")
+            raise MissingInput(f"--config.embed.tars={ec.tars}: no tar shard matches")
         groups = files.group_shards(paths, ec.tars_per_file)
         return [
             (features.distractor_name(ec.first_file + k), _tar_stream(group, keep))
@@ -119,6 +121,7 @@ def _run_text(config, workdir: str) -> list[str]:
 
 def run(config, workdir: str) -> list[str]:
     """Embeds every work unit of this process into `workdir`; returns the files it wrote."""
+    config_lib.check_embed(config, models.TABLES, models.FAMILIES)
     ec = config.embed
     if ec.distributed:
         jax.distributed.initialize()

@@ -29,11 +29,7 @@ def run(config, workdir: str) -> Prediction | None:
 
     Returns the prediction (process 0) or None (other processes).
     """
-    if not config.features:
-        raise ValueError("--config.features must name an ILIAS-format feature folder")
-    if config.queries not in ilias_folder.QUERY_FILES:
-        raise ValueError(f"--config.queries must be one of {sorted(ilias_folder.QUERY_FILES)}")
-    settings = config_lib.predict_settings(config)
+    settings = config_lib.check_ilias(config, ilias_folder.QUERY_FILES, scoring.BACKENDS)
     if config.distributed:
         jax.distributed.initialize()
     t0 = time.monotonic()

@@ -16,14 +16,7 @@ from tailaware.protocol import from_artifact, report
 
 def run(config, workdir: str) -> None:
     """Reads `config.scores` (or `config.artifact`) and predicts at `config.n_target`."""
-    if bool(config.scores) == bool(config.get("artifact", "")):
-        raise ValueError(
-            "give exactly one of --config.scores (a sampled-scores .npz file) and "
-            "--config.artifact (a hardness artifact .npz)"
-        )
-    if config.n_target < 1:
-        raise ValueError("--config.n_target must be the target gallery size N (>= 1)")
-    settings = config_lib.predict_settings(config)
+    settings = config_lib.check_predict(config)
     n_target = int(config.n_target)
     if config.scores:
         metadata = {"scores": config.scores, **config_lib.metadata(config)}

@@ -32,6 +32,7 @@ import flax
 import jax
 import numpy as np
 
+from tailaware.io import errors
 from tailaware.models import state_dict as state_dict_io
 from tailaware.models import vit
 
@@ -46,8 +47,9 @@ class Rule(NamedTuple):
     fn: Callable[..., Array]
 
 
-class CheckpointError(ValueError):
-    """A checkpoint does not match the model: lists missing, unexpected and mis-shaped names."""
+class CheckpointError(errors.InputError):
+    """A checkpoint does not match the model (one of another configuration): in one line, the
+    missing, unexpected and mis-shaped names (the first few of each, and how many)."""
 
 
 def _t(w, shape):  # Linear [out, in] -> Dense [in, out]
@@ -440,22 +442,39 @@ def convert(state_dict: dict[str, Array], source: str, spec, module=None) -> dic
     )
     unset = sorted(set(expected) - set(flat) - {r.target for r in table.rules})
     if missing or unexpected or bad_shape or unset:
-        parts = [f"checkpoint does not match {source} for {spec}:"]
-        if missing:
-            parts.append(f"missing ({len(missing)}): {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"unexpected ({len(unexpected)}): {', '.join(unexpected)}")
-        if bad_shape:
-            parts.append(f"mismatched ({len(bad_shape)}): {'; '.join(bad_shape)}")
-        if unset:
-            parts.append(f"model parameters without a rule: {', '.join(unset)}")
-        raise CheckpointError("\n  ".join(parts))
+        parts = [
+            f"{label} ({len(names)}): {_first(names)}"
+            for label, names in (
+                ("missing", list(dict.fromkeys(missing))),  # a key two rules read, once
+                ("unexpected", unexpected),
+                ("mismatched", bad_shape),
+                ("model parameters without a rule", unset),
+            )
+            if names
+        ]
+        raise CheckpointError(
+            f"checkpoint does not match {source} for {spec} (a checkpoint of another model or "
+            f"size?): {'; '.join(parts)}"
+        )
     return {"params": flax.traverse_util.unflatten_dict(flat, sep="/")}
 
 
 def load(path: str | os.PathLike, source: str, spec) -> dict:
-    """Reads and converts a checkpoint file; see `state_dict.load_state_dict` and `convert`."""
-    return convert(state_dict_io.load_state_dict(path), source, spec)
+    """Reads and converts a checkpoint file; see `state_dict.load_state_dict` and `convert`.
+
+    Raises:
+      CheckpointError: naming the file, when it does not match `spec`.
+    """
+    try:
+        return convert(state_dict_io.load_state_dict(path), source, spec)
+    except CheckpointError as e:
+        raise CheckpointError(f"{os.fspath(path)}: {e}") from e
+
+
+def _first(names, n: int = 6) -> str:
+    """Returns the first `n` of `names`, and how many more there are."""
+    more = f" and {len(names) - n} more" if len(names) > n else ""
+    return ", ".join(names[:n]) + more
 
 
 def _module(spec):

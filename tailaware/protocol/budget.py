@@ -24,7 +24,7 @@ from scipy import stats
 
 from tailaware.core import sampling
 from tailaware.core.results import Budget, Drift
-from tailaware.io.scores import SampledScores, make_scores
+from tailaware.io.scores import SampledScores, count_above, make_scores
 
 
 def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:
@@ -53,9 +53,12 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
     width = max(int(n_kept_stored.min()), 1)
     new_tail = new_tail[:, :width]
 
-    pos = np.where(mask, scores.pos_scores, np.inf)
-    above_stored = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
-    kept_above = ((tail[:, None, :] > pos[:, :, None]) & keep[:, None, :]).sum(axis=2)
+    # The stored scores above a positive are a prefix of its descending row: a sorted search
+    # finds it, and the kept ones among them are a prefix sum of `keep` (memory [Q, P], not
+    # [Q, P, M]).
+    above_stored = count_above(tail, scores.pos_scores)
+    kept_cum = np.concatenate([np.zeros((keep.shape[0], 1), np.int64), keep.cumsum(axis=1)], 1)
+    kept_above = np.take_along_axis(kept_cum, above_stored, axis=1)
     rest = np.where(mask, scores.pos_counts - above_stored, 0)
     order_p = np.argsort(rest, axis=1, kind="stable")
     rest_sorted = np.take_along_axis(rest, order_p, axis=1)
@@ -66,8 +69,8 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
     counts = kept_above + rest_new
     # Positives at or above the new last stored score must count exactly the stored above them.
     last = new_tail[:, -1:]
-    seen = (new_tail[:, None, :] > pos[:, :, None]).sum(axis=2)
-    counts = np.where(mask & (pos >= last), seen, counts)
+    seen = count_above(new_tail, scores.pos_scores)
+    counts = np.where(mask & (scores.pos_scores >= last), seen, counts)
     s_new = max(s_new, width)
     return make_scores(
         new_tail,

@@ -1,11 +1,13 @@
 """The summary of a prediction: the warnings and notes a reader needs besides the number.
 
-`summary` returns the lines of prediction.json's `diagnostics.summary`, in order: the budget
-verdict when the sample is too small, a tail that could not be fitted (TAIL NOT FITTED), tails
-fitted too low in the sample to extrapolate far (SHALLOW TAIL), a prediction that moves with the
-tail threshold or the prior on the tail shape beyond the query noise (THRESHOLD SENSITIVE, PRIOR
-SENSITIVE), thresholds raised where the excesses are not GPD-shaped (THRESHOLD RAISED), a
-non-uniform sample (DRIFT), and last the prediction with its interval.
+`summary` returns the lines of prediction.json's `diagnostics.summary`, in order (after
+`reconciled`'s, counts reconciled with float32 ties on reading): a target smaller than the
+sample (SUB-GALLERY), the budget verdict when the sample is too small, a tail that could not be
+fitted (TAIL NOT FITTED), tails fitted too low in the sample to extrapolate far (SHALLOW TAIL),
+a prediction that moves with the tail threshold or the prior on the tail shape beyond the query
+noise (THRESHOLD SENSITIVE, PRIOR SENSITIVE), thresholds raised where the excesses are not GPD-
+shaped (THRESHOLD RAISED), a non-uniform sample (DRIFT), and last the prediction with its
+interval.
 """
 
 import numpy as np
@@ -31,6 +33,35 @@ _SENSITIVE = (
         "predict at a smaller N",
     ),
 )
+
+
+def sub_gallery(n_sample: int, n_target: int) -> tuple[str, ...]:
+    """Returns a note when the target N is smaller than the sample S, else ().
+
+    At N >= S the gallery contains the sample and the law conditions on its counts; below S
+    there is no such gallery, and the law predicts a random N-item part of the sampled pool
+    (counts K ~ Poisson(N x), `core.law.expected_map`).
+    """
+    if n_target >= n_sample:
+        return ()
+    return (
+        f"SUB-GALLERY: N = {n_target:,} < S = {n_sample:,}: the prediction is the expected "
+        "mAP@k of a random N-item sub-gallery of the sampled pool (counts K ~ Poisson(N x)), "
+        "not of a gallery that contains the sample",
+    )
+
+
+def reconciled(count: int) -> tuple[str, ...]:
+    """Returns the summary's first line when the sampled-scores file had counts reconciled with
+    float32 ties on reading (`io.scores`), else ()."""
+    if not count:
+        return ()
+    whose = "1 positive's count" if count == 1 else f"{count} positives' counts"
+    return (
+        f"RECONCILED: {whose} exceeded the stored tail scores strictly above by float32 ties "
+        "only (counts computed at a higher precision than the stored scores); set to the strict "
+        "rule on the stored scores",
+    )
 
 
 def shallow_tail(hardness: Hardness, n_sample: int, n_target: int) -> str:
@@ -112,7 +143,9 @@ def summary(
 ) -> tuple[tuple[str, ...], float]:
     """Returns (the summary lines, the share of queries whose threshold was raised)."""
     num_queries = hardness.mask.shape[0]
-    lines = [budget.message] if not budget.converged else []
+    lines = list(sub_gallery(n_sample, n_target))
+    if not budget.converged:
+        lines.append(budget.message)
     fitted = hardness.info.get("fitted")  # tail-aware estimators only
     unfitted = 0 if fitted is None else int(np.sum(~fitted))
     if unfitted:

@@ -14,7 +14,7 @@ import numpy as np
 
 from tailaware.core.results import Curve, Diagnostics, Interval, Prediction
 from tailaware.io.artifact import HardnessArtifact
-from tailaware.protocol import intervals, prediction
+from tailaware.protocol import diagnostics, intervals, prediction
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators
 
@@ -87,6 +87,7 @@ def predict(
         f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
         f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"
         + (f"; the interval lacks the {lacks} term{'s' * (len(missing) > 1)}" if missing else ""),
+        *diagnostics.sub_gallery(art.n_sample, n_target),
         f"mAP@{k} at N = {n_target:,}: {points[0]:.4f}, 90% CI [{lo:.4f}, {hi:.4f}]",
     )
     return Prediction(

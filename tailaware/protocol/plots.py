@@ -35,10 +35,21 @@ def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
 
 
 def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
-    """Writes a PNG of mAP@k versus gallery size: the truth, predictions and evaluate-at-S.
+    """Writes `gallery_figure(truth, predicted, at_sample, k)` as a PNG at `path`."""
+    atomic.save_figure(gallery_figure(truth, predicted, at_sample, k), path)
+
+
+def gallery_figure(truth, predicted, at_sample, k) -> Figure:
+    """Returns the figure of mAP@k versus gallery size: the truth, predictions, evaluate-at-S.
+
+    A prediction is two laws that meet at the sample size S: at N >= S the gallery contains the
+    sample and the law conditions on its counts; below S it predicts a random sub-gallery of the
+    sampled pool (`core.law.expected_map`). The two need not agree at S (the `homogeneous`
+    estimator's conditioned branch starts at the sample's own mAP, its sub-gallery branch well
+    below), so each curve is drawn solid at N >= S and dotted below, never joined across S: a
+    line joining them would draw a spike that no gallery has.
 
     Args:
-      path: the PNG to write.
       truth: (sizes, mAP@k) measured on the full galleries.
       predicted: (grid, {estimator: mAP@k on the grid}) from the sample alone.
       at_sample: (S, mAP@k measured on the sample).
@@ -48,8 +59,15 @@ def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
     ax = fig.subplots()
     ax.plot(*truth, "ko", label="truth (full gallery)", zorder=5)
     grid, curves = predicted
+    grid = np.asarray(grid, np.float64)
+    inside = grid >= at_sample[0]
     for name, values in curves.items():
-        ax.plot(grid, values, "-", label=f"{name} (from sample)")
+        values = np.asarray(values, np.float64)
+        (line,) = ax.plot(grid[inside], values[inside], "-", label=f"{name} (from sample)")
+        if (~inside).any():
+            ax.plot(grid[~inside], values[~inside], ":", color=line.get_color())
+    if (~inside).any():
+        ax.plot([], [], "k:", label="N < S: a sub-gallery of the sample")
     ax.plot([at_sample[0]], [at_sample[1]], "r^", label="evaluate-at-S")
     ax.set_xscale("log")
     ax.set_xlabel("gallery size N (distractors)")
@@ -57,7 +75,7 @@ def map_vs_gallery(path, truth, predicted, at_sample, k) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    atomic.save_figure(fig, path)
+    return fig
 
 
 def validation(workdir: str, results: dict, estimator: str) -> None:

@@ -201,6 +201,7 @@ def predict(
     summary, raised = diagnostics.summary(
         float(points[0]), unc, hardness, verdict, drift, k, scores.n_sample, n_target
     )
+    summary = diagnostics.reconciled(scores.reconciled) + summary
     count = estimators.count(scores)
     mask = scores.mask
     shared = float(hardness.tail_priced[mask].mean())

@@ -1,12 +1,17 @@
 """Writing a prediction: prediction.json, its curve and the hardness artifact, atomically.
 
 `report` predicts from a sampled-scores file and writes the three files a predict or ILIAS job
-leaves in its workdir; `write_prediction` writes one `Prediction` (from the scores, an artifact
-or an exact evaluation) and prints its table.
+leaves in its workdir, logging each stage as it starts, every `PROGRESS_EVERY_S` seconds while it
+runs and when it ends (the prediction's nested bootstrap alone takes ~20 s at 1,000 queries);
+`write_prediction` writes one `Prediction` (from the scores, an artifact or an exact evaluation)
+and prints its table.
 """
 
+import contextlib
 import dataclasses
 import os
+import threading
+import time
 
 from absl import logging
 
@@ -30,6 +35,30 @@ def write_prediction(p: Prediction, workdir: str, curve: bool = True) -> str:
     return path
 
 
+PROGRESS_EVERY_S = 10.0
+
+
+@contextlib.contextmanager
+def progress(stage: str, detail: str = "", every_s: float = PROGRESS_EVERY_S):
+    """Logs `stage` (with `detail`) when the block starts, then `stage` every `every_s` seconds
+    while it runs (from a thread, so the work itself is untouched) and when it ends."""
+    logging.info("%s ...", f"{stage} {detail}" if detail else stage)
+    t0, done = time.monotonic(), threading.Event()
+
+    def beat():
+        while not done.wait(every_s):
+            logging.info("%s: %.0f s so far", stage, time.monotonic() - t0)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    logging.info("%s: done in %.1f s", stage, time.monotonic() - t0)
+
+
 def report(
     scores: SampledScores,
     settings: PredictSettings,
@@ -44,8 +73,18 @@ def report(
 
     `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output.
     """
-    hardness = prediction.estimate(scores, settings)
-    p = prediction.predict(scores, settings, n_target, hardness)._replace(queries=queries)
+    q, m = scores.tail_scores.shape
+    what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
+    with progress("estimating hardness", what):
+        hardness = prediction.estimate(scores, settings)
+    opts = settings.protocol
+    stages = (
+        f"mAP@{settings.k} at N = {n_target:,} and {opts.curve_points} curve sizes: E[AP], "
+        f"nested bootstrap of {opts.nested_replicates} replicates, query bootstrap of "
+        f"{opts.query_replicates}, budget check on {opts.budget_levels} sub-samples"
+    )
+    with progress("predicting", stages):
+        p = prediction.predict(scores, settings, n_target, hardness)._replace(queries=queries)
     provenance = {"evt": dataclasses.asdict(settings.tail), **(metadata or {})}
     art = artifact.from_hardness(
         hardness, scores, settings.estimator, provenance, prediction.distractor_sd(p)

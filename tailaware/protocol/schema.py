@@ -17,6 +17,7 @@ from tailaware.core.results import (
     Interval,
     Prediction,
 )
+from tailaware.io.errors import InputError, field_error
 
 _OTHER_METRICS_NOTE = (
     "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
@@ -154,11 +155,20 @@ def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction
     the point, per-query AP, query ids, and the interval's distractor sd and model reruns.
 
     Raises:
-      ValueError: naming `source` and the missing field.
+      InputError: naming `source` and the missing or malformed field.
     """
+    if not isinstance(d, dict):
+        raise InputError(f"{source}: expected a JSON object (a predict job's prediction.json)")
     for field in ("map", "estimator", "n_target", "n_sample", "k", "per_query_ap"):
         if field not in d:
-            raise ValueError(f"{source}: field {field!r}: missing")
+            raise field_error(source, field, "missing (required)")
+    try:
+        return _prediction_from_json(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise InputError(f"{source}: not a predict job's prediction.json ({e!r})") from e
+
+
+def _prediction_from_json(d: dict) -> Prediction:
     unc = d.get("uncertainty")
     interval = None
     if unc is not None:

@@ -34,6 +34,17 @@ class ProtocolSettings:
     seed: int = 0
     blocks: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        for name, low in (
+            ("query_replicates", 2),
+            ("nested_replicates", 0),
+            ("curve_points", 2),
+            ("budget_levels", 0),
+            ("seed", 0),
+        ):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+
 
 @dataclasses.dataclass(frozen=True)
 class IntervalSettings:
@@ -56,6 +67,11 @@ class IntervalSettings:
 
     threshold_sd: float = 1.5
     prior_sd: float = 1.0
+
+    def __post_init__(self):
+        for name in ("threshold_sd", "prior_sd"):
+            if not 0.0 <= getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be finite and >= 0, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass(frozen=True)

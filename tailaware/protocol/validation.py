@@ -113,6 +113,27 @@ SPLITS = {
     ),
 }
 
+    def __post_init__(self):
+        for name, known in (
+            ("estimators", estimators.ESTIMATORS),
+            ("regimes", simulate.REGIMES),
+            ("families", simulate.FAMILIES),
+        ):
+            unknown = [v for v in getattr(self, name) if v not in known]
+            if unknown:
+                raise ValueError(f"{name} holds {unknown[0]!r}; expected some of {sorted(known)}")
+        for name, low in (
+            ("num_queries", 1),
+            ("n_pool", 1),
+            ("draws", 1),
+            ("query_replicates", 2),
+            ("nested_replicates", 0),
+        ):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if not self.fractions or not all(0.0 < f <= 1.0 for f in self.fractions):
+            raise ValueError(f"fractions must be shares in (0, 1], got {self.fractions}")
+
 
 @functools.partial(jax.jit, static_argnames="k")  # the E[AP] sum's length is static
 def _poisson_aps(x, mask, n, k):

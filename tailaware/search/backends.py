@@ -406,7 +406,13 @@ class FaissBackend:
     """
 
     def __init__(self, queries: np.ndarray, m: int):
-        import faiss
+        try:
+            import faiss  # optional: the `cpu` or `gpu` extra
+        except ImportError as e:
+            raise ImportError(
+                "backend faiss needs the `cpu` extra (faiss-cpu) or the `gpu` extra "
+                "(faiss-gpu-cu12): pip install -e '.[cpu]'"
+            ) from e
 
         self.faiss = faiss
         self.queries = np.ascontiguousarray(queries, np.float32)

@@ -28,7 +28,7 @@ import numpy as np
 from absl import logging
 
 from tailaware.core import sampling
-from tailaware.io import atomic
+from tailaware.io import atomic, errors
 from tailaware.io.ilias_folder import Shard
 from tailaware.search import topk
 from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's public names)
@@ -228,18 +228,36 @@ def save_checkpoint(path, state: TopState, done, n_sample, spec: SearchSpec) -> 
     )
 
 
+# A partial result's fields: (dtype kinds, ndim); `floor` [Q] float is optional.
+_PARTIAL = {
+    "vals": ("f", 2),
+    "ids": ("iu", 2),
+    "counts": ("iu", 2),
+    "done": ("iu", 1),
+    "n_sample": ("iu", 0),
+    "spec": ("U", 0),
+}
+
+
 def load_checkpoint(path, spec: SearchSpec | None = None):
-    """Reads a partial result: (state, shards done, S); checks the spec when given."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            fields = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: unreadable partial result ({e}); remove it to start over") from e
+    """Reads a partial result: (state, shards done, S); checks the spec when given.
+
+    Raises:
+      InputError: naming the file, when it is unreadable, malformed or of another search.
+    """
+    what = "a partial result of the ILIAS job (remove it to start over)"
+    fields = atomic.read_npz(path, what, _PARTIAL)
     if spec is not None and str(fields["spec"]) != spec.to_json():
-        raise ValueError(
+        raise errors.InputError(
             f"{path}: partial result of a different search ({fields['spec']}); expected "
             f"{spec.to_json()}; remove it or use another workdir"
         )
+    q, m = fields["vals"].shape
+    for name, shape in (("ids", (q, m)), ("counts", (q,)), ("floor", (q,))):
+        if name in fields and fields[name].shape[: len(shape)] != shape:
+            raise errors.field_error(
+                path, name, f"expected shape {shape}..., got {fields[name].shape}"
+            )
     state = TopState(fields["vals"], fields["ids"], fields["counts"], fields.get("floor"))
     return state, [int(d) for d in fields["done"]], int(fields["n_sample"])
 

@@ -6,6 +6,7 @@ a module global that someone else may have changed.
 """
 
 import dataclasses
+import math
 
 from tailaware.tail import dequantize
 
@@ -72,3 +73,11 @@ class TailSettings:
             raise ValueError(f"xi_max must be in [0, 0.9], got {self.xi_max}")
         if self.prior not in PRIORS:
             raise ValueError(f"prior must be one of {PRIORS}, got {self.prior!r}")
+        if not math.isfinite(self.xi_tilt):
+            raise ValueError(f"xi_tilt must be finite, got {self.xi_tilt}")
+        if not 0.0 <= self.prior_spread < math.inf:
+            raise ValueError(f"prior_spread must be finite and >= 0, got {self.prior_spread}")
+        if not self.ad_critical > 0:
+            raise ValueError(f"ad_critical must be > 0 (inf: never raise), got {self.ad_critical}")
+        if not self.tie_share > 0:
+            raise ValueError(f"tie_share must be > 0 (inf: never spread), got {self.tie_share}")
