@@ -79,6 +79,29 @@ class ValidationSettings:
     split: str = ""
     manifest: str = ""
 
+    def __post_init__(self):
+        for name, known in (
+            ("estimators", estimators.ESTIMATORS),
+            ("regimes", simulate.REGIMES),
+            ("families", simulate.FAMILIES),
+        ):
+            unknown = [v for v in getattr(self, name) if v not in known]
+            if unknown:
+                raise ValueError(f"{name} holds {unknown[0]!r}; expected some of {sorted(known)}")
+        for name, low in (
+            ("num_queries", 1),
+            ("n_pool", 1),
+            ("draws", 1),
+            ("query_replicates", 2),
+            ("nested_replicates", 0),
+        ):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if not self.fractions or not all(0.0 < f <= 1.0 for f in self.fractions):
+            raise ValueError(f"fractions must be shares in (0, 1], got {self.fractions}")
+        if self.split and self.split not in SPLITS:
+            raise ValueError(f"split must be '' or one of {sorted(SPLITS)}, got {self.split!r}")
+
 
 class Split(NamedTuple):
     """A frozen set of benchmarks to validate on: every choice is made on "dev", "test" is
@@ -112,28 +135,6 @@ SPLITS = {
         fractions=(0.0005, 0.01, 0.05, 0.2),
     ),
 }
-
-    def __post_init__(self):
-        for name, known in (
-            ("estimators", estimators.ESTIMATORS),
-            ("regimes", simulate.REGIMES),
-            ("families", simulate.FAMILIES),
-        ):
-            unknown = [v for v in getattr(self, name) if v not in known]
-            if unknown:
-                raise ValueError(f"{name} holds {unknown[0]!r}; expected some of {sorted(known)}")
-        for name, low in (
-            ("num_queries", 1),
-            ("n_pool", 1),
-            ("draws", 1),
-            ("query_replicates", 2),
-            ("nested_replicates", 0),
-        ):
-            if getattr(self, name) < low:
-                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
-        if not self.fractions or not all(0.0 < f <= 1.0 for f in self.fractions):
-            raise ValueError(f"fractions must be shares in (0, 1], got {self.fractions}")
-
 
 @functools.partial(jax.jit, static_argnames="k")  # the E[AP] sum's length is static
 def _poisson_aps(x, mask, n, k):
