@@ -136,6 +136,7 @@ SPLITS = {
     ),
 }
 
+
 @functools.partial(jax.jit, static_argnames="k")  # the E[AP] sum's length is static
 def _poisson_aps(x, mask, n, k):
     return jax.vmap(lambda xi, mi: law.expected_ap_poisson(xi, mi, n, k))(x, mask)
