@@ -177,13 +177,15 @@ def empirical_bayes_prior(log_lik, fitted, xis):
     """Returns the log prior [X] over the shape grid that maximises the benchmark's marginal
     likelihood, and its (mean, sd).
 
-    The prior is a discretised normal N(mu, tau^2) over the grid; (mu, tau) maximise
+    The prior is a discretised normal N(mu, tau^2) over the grid, mu <= 0 (cosine scores are
+    bounded: a benchmark's typical limiting shape is; a query's posterior still reaches the
+    heavy shapes above 0, where noise and the penultimate effect put some); (mu, tau) maximise
     sum_q log sum_i pi_i L_q(xi_i) over the queries with a fitted tail (`fitted` [Q]), L_q the
     scale-integrated likelihood of query q's excesses (`log_lik` [Q, X]): type-II maximum
-    likelihood by a search over `EB_MEANS` means in the grid's range and the sds `EB_SDS`
+    likelihood by a search over `EB_MEANS` means in [grid start, 0] and the sds `EB_SDS`
     (two parameters: a grid search is exact enough and cheap, [Q, X] sums per candidate).
     """
-    mus = jnp.linspace(xis[0], xis[-1], EB_MEANS)
+    mus = jnp.linspace(xis[0], jnp.minimum(xis[-1], 0.0), EB_MEANS)
     taus = jnp.asarray(EB_SDS, xis.dtype)
     z = (xis[None, None, :] - mus[:, None, None]) / taus[None, :, None]
     log_prior = jax.nn.log_softmax(-0.5 * z * z, axis=-1)  # [M, T, X]
