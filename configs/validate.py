@@ -7,7 +7,8 @@ cores. Add the stress regime (half of all positives priced by the tail alone, ab
 time) with --config.validate.regimes="('paper','stress')"; other distractor-law families (e.g.
 "('normal','gpd')") with --config.validate.families (benchmarks/tail_families.py sweeps them
 all more cheaply).
-Expected result: the tables in docs/validation.md.
+Expected result: the tables in docs/validation.md. After each cell the results so far go to
+validation.partial.json; the same command, run again after an interruption, resumes there.
 
 The frozen dev / test protocol (tailaware.protocol.validation.SPLITS: every choice is made on
 dev, test is reported as it falls); the real-text benchmarks come from the manifest that

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -327,10 +328,31 @@ def _simulated(bench, fraction: float, seed: int, settings: PredictSettings) -> 
     return d.scores, d.truth_counts, bench.n_pool, bench.x
 
 
-def study(settings: PredictSettings, v: ValidationSettings, seed: int = 0) -> dict:
+def _done(done: dict | None, cell: str, fraction) -> tuple | None:
+    """Returns (rows, draws) of a (cell, fraction) that `done` (earlier results) holds, or None."""
+    rows = ((done or {}).get("cells") or {}).get(cell, {}).get(str(fraction))
+    return None if rows is None else (rows, done["raw"][cell][str(fraction)])
+
+
+def _simulated_draws(bench, fraction: float, seeds, settings: PredictSettings) -> list:
+    """Returns the samples of one simulated cell: (scores, truth counts, N, true hardness,
+    seed) per seed."""
+    return [_simulated(bench, float(fraction), s, settings) + (s,) for s in seeds]
+
+
+def study(
+    settings: PredictSettings,
+    v: ValidationSettings,
+    seed: int = 0,
+    done: dict | None = None,
+    on_cell: Callable[[dict], None] | None = None,
+) -> dict:
     """Returns the validation's results: per cell (regime/family) and fraction the `summarize`
     rows, the raw draws and a calibration scatter; the table is `format_table(results)`. Every
-    benchmark and draw is a function of `seed`."""
+    benchmark and draw is a function of `seed`, so a run resumed from `done` (the results of
+    an interrupted run with the same settings, as `on_cell` received them) reuses its finished
+    (cell, fraction)s and ends with the same results. `on_cell(results)` is called after each
+    one (the validate job writes them, atomically, to resume from)."""
     t0 = time.time()
     k = settings.k
     names = list(v.estimators) or list(estimators.ESTIMATORS)
@@ -362,17 +384,26 @@ def study(settings: PredictSettings, v: ValidationSettings, seed: int = 0) -> di
         cell = f"{regime}/{family}"
         results["cells"][cell], results["raw"][cell] = {}, {}
         for j, f in enumerate(v.fractions):
-            seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-            samples = (_simulated(bench, float(f), s, settings) + (s,) for s in seeds)
-            rows, draws = evaluate_cell(samples, settings, v, names, oracle)
-            results["raw"][cell][str(f)] = draws
-            results["cells"][cell][str(f)] = rows
-            logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
+            finished = _done(done, cell, f)
+            if finished is None:
+                seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
+                samples = (_simulated(bench, float(f), s, settings) + (s,) for s in seeds)
+                finished = evaluate_cell(samples, settings, v, names, oracle)
+                logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
+            results["cells"][cell][str(f)], results["raw"][cell][str(f)] = finished
+            if on_cell:
+                on_cell(results)
         # One calibration scatter per benchmark, at the largest fraction.
-        d = simulate.draw(bench, float(v.fractions[-1]), int(settings.tail.top_m), int(seed))
-        h = estimators.get(settings.estimator)(d.scores, settings.tail)
-        sel = h.tail_priced & (bench.x > 0)
-        results["scatter"][cell] = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
+        scatter = ((done or {}).get("scatter") or {}).get(cell)
+        if scatter is None:
+            top_m = int(settings.tail.top_m)
+            d = simulate.draw(bench, float(v.fractions[-1]), top_m, int(seed))
+            h = estimators.get(settings.estimator)(d.scores, settings.tail)
+            sel = h.tail_priced & (bench.x > 0)
+            scatter = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
+        results["scatter"][cell] = scatter
+        if on_cell:
+            on_cell(results)
 
     results["seconds"] = time.time() - t0
     return results
@@ -397,12 +428,15 @@ def split_study(
     split: str,
     manifest: str = "",
     seed: int = 0,
+    done: dict | None = None,
+    on_cell: Callable[[dict], None] | None = None,
 ) -> dict:
     """Returns the validation of one frozen split (`SPLITS`): its simulated families at each of
     its gallery sizes, and its real-text benchmarks when `manifest` (the JSON that
     `benchmarks/text_galleries.py` writes) names their folders, at every fraction of the split.
 
-    Results as `study`'s, with each cell's own Q, N and draws in `results["meta"]`.
+    Results as `study`'s, with each cell's own Q, N and draws in `results["meta"]`; `done` and
+    `on_cell` resume an interrupted run as in `study`.
     """
     t0 = time.time()
     if split not in SPLITS:
@@ -423,11 +457,16 @@ def split_study(
     }
 
     def add(cell, fraction, samples, oracle=None, meta=None):
-        rows, draws = evaluate_cell(samples, settings, v, names, oracle)
-        results["cells"].setdefault(cell, {})[str(fraction)] = rows
-        results["raw"].setdefault(cell, {})[str(fraction)] = draws
+        """Evaluates one (cell, fraction) unless `done` holds it; `samples` makes its draws."""
+        finished = _done(done, cell, fraction)
+        if finished is None:
+            finished = evaluate_cell(samples(), settings, v, names, oracle)
+            logging.info("%s %s f=%s done at %.0f s", split, cell, fraction, time.time() - t0)
+        results["cells"].setdefault(cell, {})[str(fraction)] = finished[0]
+        results["raw"].setdefault(cell, {})[str(fraction)] = finished[1]
         results["meta"][cell] = meta
-        logging.info("%s %s f=%s done at %.0f s", split, cell, fraction, time.time() - t0)
+        if on_cell:
+            on_cell(results)
 
     for i, ((regime, family), n_pool) in enumerate(
         (rf, n) for rf in sp.simulated for n in sp.sizes
@@ -441,10 +480,11 @@ def split_study(
         )
         cell = f"{regime}/{family} N={n_pool:.0e}"
         meta = {"num_queries": int(v.num_queries), "n_pool": int(n_pool), "draws": int(v.draws)}
+        oracle = oracles(bench, settings.k)
         for j, f in enumerate(sp.fractions):
             seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-            samples = [_simulated(bench, float(f), s, settings) + (s,) for s in seeds]
-            add(cell, f, samples, oracles(bench, settings.k), meta)
+            samples = functools.partial(_simulated_draws, bench, f, seeds, settings)
+            add(cell, f, samples, oracle, meta)
     if manifest:
         with open(manifest) as fh:
             entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
@@ -453,11 +493,11 @@ def split_study(
                 raise ValueError(f"{manifest}: no benchmark {name!r} (rebuild the text galleries)")
             entry = entries[name]
             for f in sp.fractions:
-                samples = _text_samples(entry, f, int(v.draws))
+                samples = functools.partial(_text_samples, entry, f, int(v.draws))
                 meta = {
                     "num_queries": int(entry["num_queries"]),
                     "n_pool": int(entry["num_distractors"]),
-                    "draws": len(samples),
+                    "draws": len(entry["sampled"][str(f)][: int(v.draws)]),
                 }
                 add(f"text/{name}", f, samples, None, meta)
     results["seconds"] = time.time() - t0
