@@ -240,6 +240,12 @@ def test_settings_are_read(scores, results):
     # top_m and threshold_quantile reach the JAX core: 10% of the top 500 are the excesses.
     info = evt.evt_averaged(scores, _settings(top_m=500, threshold_quantile=0.9)).info
     np.testing.assert_array_equal(info["n_exceed"], 50)
+    # The averaged posterior fits the excesses over its own quantile (0.975): 2.5% of 500 where
+    # that threshold passes the goodness-of-fit test, fewer where it is raised; at least
+    # MIN_EXCESSES (10) for 1% of 500.
+    assert info["n_exceed_selected"].max() == 13 and np.median(info["n_exceed_selected"]) == 13
+    deeper = evt.evt_averaged(scores, _settings(top_m=500, averaged_quantile=0.99)).info
+    assert deeper["n_exceed_selected"].max() == evt.MIN_EXCESSES == 10
 
 
 def test_posterior_reads_short_and_long_bounded_tails():
@@ -260,9 +266,11 @@ def test_posterior_reads_short_and_long_bounded_tails():
 
     # The tilt prior on [-0.95, 0], both shapes in one benchmark; the empirical-Bayes prior on
     # [-0.95, 0.5], one benchmark per shape (it shrinks a benchmark's queries to their centre).
-    tilt = mean_xi(np.arange(80), TailSettings(prior="tilt", xi_max=0.0))
+    # At the paper's 200 excesses (averaged_quantile 0.95): the grid's reach is the point.
+    tilt = mean_xi(np.arange(80), TailSettings(prior="tilt", xi_max=0.0, averaged_quantile=0.95))
+    eb = TailSettings(averaged_quantile=0.95)
     for xi in (-0.8, -0.3):
-        for got in (tilt[true_xi == xi], mean_xi(true_xi == xi, TailSettings())):
+        for got in (tilt[true_xi == xi], mean_xi(true_xi == xi, eb)):
             assert abs(got.mean() - xi) < 0.05, (xi, got.mean())
             assert np.mean(np.abs(got - xi) < 0.15) >= 0.9, xi
 
@@ -318,7 +326,8 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk():
         f"median |log10 error| of tail-priced hardness: selected {err['sel']:.2f}, fixed "
         f"{err['fix']:.2f}"
     )
-    assert np.all(n_fixed == 200) and np.mean(n_u < 200) > 0.5
+    n = 4000 * (1.0 - TailSettings().averaged_quantile)  # the averaged posterior's excesses
+    assert np.all(n_fixed == round(n)) and np.mean(n_u < n) > 0.5
     assert err["sel"] < err["fix"] - 0.5  # half a decade closer in the median (the posterior
     # mean, which the long-tailed atoms dominate; the prediction itself goes from -0.28 to
     # +0.007 in benchmarks/tail_families.py)
@@ -408,8 +417,9 @@ def test_threshold_stability_flags_a_changing_tail():
 @pytest.mark.parametrize("name", ["evt", "evt_averaged"])
 def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # Half and twice the excesses over the q = 0.95 threshold are the thresholds of q = 0.975
-    # and q = 0.9: the reruns (one vmapped program with the estimate) against the estimator run
-    # at those quantiles; the estimate itself is the one computed without reruns.
+    # and q = 0.9 (and the averaged estimator's, over its 0.975 quantile, those of 0.9875 and
+    # 0.95): the reruns (one vmapped program with the estimate) against the estimator run at
+    # those quantiles; the estimate itself is the one computed without reruns.
     got = evt.estimate(scores, _settings(), evt.ESTIMATOR_METHODS[name], reruns=True)
     alone = estimators.get(name)(scores, _settings())
     assert alone.reruns == ()
@@ -418,8 +428,12 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     if alone.atoms is not None:
         np.testing.assert_allclose(got.weights, alone.weights, rtol=1e-4, atol=1e-7)
     half, double = got.reruns
-    for rerun, q in ((half, 0.975), (double, 0.9)):
-        ref = estimators.get(name)(scores, _settings(threshold_quantile=q))
+    averaged = TailSettings().averaged_quantile
+    for rerun, factor in ((half, 0.5), (double, 2.0)):
+        q, q_averaged = 1.0 - 0.05 * factor, 1.0 - (1.0 - averaged) * factor
+        ref = estimators.get(name)(
+            scores, _settings(threshold_quantile=q, averaged_quantile=q_averaged)
+        )
         np.testing.assert_array_equal(rerun.tail_priced, ref.tail_priced)
         np.testing.assert_allclose(rerun.x, ref.x, rtol=1e-3, atol=1e-12)  # padding: rounding
         assert (ref.atoms is None) == (name == "evt")

@@ -94,7 +94,8 @@ def raised_thresholds(hardness: Hardness) -> tuple[float, str]:
     info = hardness.info
     if "n_exceed_selected" not in info:
         return 0.0, ""
-    raised = np.asarray(info["n_exceed_selected"]) < np.asarray(info["n_exceed"])
+    default = info.get("n_exceed_posterior", info["n_exceed"])  # artifacts written before it
+    raised = np.asarray(info["n_exceed_selected"]) < np.asarray(default)
     if not raised.any():
         return 0.0, ""
     return float(raised.mean()), (

@@ -84,16 +84,22 @@ METHODS = ("mle", "mean")
 ESTIMATOR_METHODS = {"evt": "mle", "evt_averaged": "mean"}
 
 
+# Excess counts round half up with this slack: a count at exactly k + 1/2 in exact arithmetic
+# (e.g. half of 25) must round the same way in float32 and float64, on the full sample and on
+# the nested bootstrap's re-expressed one (`functional.core`).
+ROUND_SLACK = 1e-3
+
+
 def _n_excesses(n_finite, threshold_quantile, factor):
     """Returns the number of excesses k for `n_finite` kept scores (int array)."""
     target = (1.0 - threshold_quantile) * factor * n_finite.astype(jnp.float32)
-    k = jnp.floor(target + 0.5).astype(jnp.int32)
+    k = jnp.floor(target + 0.5 + ROUND_SLACK).astype(jnp.int32)
     return jnp.clip(k, jnp.minimum(MIN_EXCESSES, n_finite - 1), n_finite - 1)
 
 
 def _width(m, threshold_quantile, factor):
     """Returns the static width W of the excess arrays for M kept scores."""
-    k = int(np.floor((1.0 - threshold_quantile) * factor * m + 0.5))
+    k = int(np.floor((1.0 - threshold_quantile) * factor * m + 0.5 + ROUND_SLACK))
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
 
 
@@ -248,15 +254,23 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
     return pick(u), pick(y), pick(mask), ad
 
 
+def averaged_share(settings: TailSettings) -> float:
+    """Returns the averaged estimator's excess count as a share of the q-quantile's: (1 -
+    `averaged_quantile`) / (1 - `threshold_quantile`)."""
+    return (1.0 - settings.averaged_quantile) / (1.0 - settings.threshold_quantile)
+
+
 def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor=1.0, width=None):
     """`posterior`, plus the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
-    `factor` and `width` set the default threshold's excess count as in `excesses`.
+    `factor` and `width` set the default threshold's excess count as in `excesses`; the
+    posterior keeps `averaged_share(settings)` of them.
     """
     dtype = tail_scores.dtype
     xis, prior = xi_grid(settings.xi_tilt, dtype, settings.xi_max)
     q, critical = settings.threshold_quantile, settings.ad_critical
+    factor = factor * averaged_share(settings)
     u, y, mask, ad = select_threshold(tail_scores, q, critical, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll = _profile(y, mask, xis, XI_GRID_SIZE)
@@ -428,7 +442,9 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
     info = _fit_info(*fits)
     dtype = tail_scores.dtype
     factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
-    width = _width(tail_scores.shape[1], threshold_quantile, max(factors))
+    # Slots for the widest of the default thresholds' and the posterior's excesses.
+    widest = max(factors) * max(1.0, averaged_share(settings))
+    width = _width(tail_scores.shape[1], threshold_quantile, widest)
 
     if method == "mean":
 
@@ -439,8 +455,11 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
 
         atoms, weights, n_u, ad, eb, u, fit = jax.vmap(one)(jnp.asarray(factors, dtype))
         q_ones = jnp.ones_like(n_u[0])
+        share = averaged_share(settings)  # the posterior's own default threshold
+        _, _, default_mask = excesses(tail_scores, threshold_quantile, share, width)
         info = {
             **info,
+            "n_exceed_posterior": jnp.sum(default_mask, axis=1).astype(dtype),
             "n_exceed_selected": n_u[0],
             "ad": ad[0, 0],
             "prior_mean": eb[0, 0] * q_ones,  # the benchmark's, on every query's row
@@ -512,9 +531,10 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
     stored score lies above the threshold; otherwise every positive keeps its count),
     share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
     positives above the plug-in endpoint) and share_zero (tail-priced positives with hardness
-    exactly 0; always 0 for method "mean"). Method "mean" adds n_exceed_selected (the excesses
-    over the threshold `select_threshold` chose; n_exceed where the default passed), ad (the
-    Anderson-Darling statistic at the default threshold) and prior_mean, prior_sd (the
+    exactly 0; always 0 for method "mean"). Method "mean" adds n_exceed_posterior (the excesses
+    over its own default threshold, at `averaged_quantile`), n_exceed_selected (the excesses
+    over the threshold `select_threshold` chose; n_exceed_posterior where the default passed),
+    ad (the Anderson-Darling statistic at the default threshold) and prior_mean, prior_sd (the
     empirical-Bayes prior's, the same on every row; NaN for the tilt prior).
     """
     mask = scores.mask

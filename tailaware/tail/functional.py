@@ -57,8 +57,15 @@ def hardness_fn(name: str, settings: TailSettings) -> Callable | None:
     if method is None:
         return None
 
+    share = evt.averaged_share(settings)
+
     def tail_aware(tail, pos, counts, mask, s, threshold_quantile):
-        at_q = dataclasses.replace(settings, threshold_quantile=threshold_quantile)
+        # The threshold at q' of this (sub-)sample's kept scores; the averaged posterior keeps
+        # the same share of its excesses as on the full sample.
+        averaged = 1.0 - share * (1.0 - threshold_quantile)
+        at_q = dataclasses.replace(
+            settings, threshold_quantile=threshold_quantile, averaged_quantile=averaged
+        )
         pos_nan = jnp.where(mask, pos, jnp.nan)
         if method == "mean":
             log_x, w = evt.posterior(pos_nan, tail, s, at_q)
@@ -94,7 +101,7 @@ class Core(NamedTuple):
 
 
 def _n_excess(settings: TailSettings, m: int) -> int:
-    return int(np.floor((1.0 - float(settings.threshold_quantile)) * m + 0.5))
+    return int(np.floor((1.0 - float(settings.threshold_quantile)) * m + 0.5 + evt.ROUND_SLACK))
 
 
 def resample_width(settings: TailSettings, m: int) -> int:
