@@ -71,4 +71,6 @@ def test_float16_scores_predict_like_float32_ones():
     reference, spread = predicted(sc), predicted(half)
     raw = predicted(half, TailSettings(tie_share=np.inf))  # no row counts as rounded
     assert abs(spread - reference) < 0.003
-    assert raw - reference > 0.01  # the pile-up reads as a short tail: mAP too high
+    # The pile-up reads as a short tail: mAP too high, by several times the spread's error
+    # (+0.0092 with the default 100 excesses at c4de0ae; over 0.01 with the paper's 200 before).
+    assert raw - reference > 0.005
