@@ -11,6 +11,21 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The validate job on tiny settings (each test adds its estimators and families).
+TINY = [
+    "--config=configs/validate.py",
+    "--config.estimator=count",
+    "--config.evt.top_m=200",
+    "--config.k=100",
+    "--config.validate.num_queries=40",
+    "--config.validate.n_pool=1000000",
+    "--config.validate.fractions=(0.01,0.05)",
+    "--config.validate.draws=3",
+    "--config.validate.query_replicates=100",
+    "--config.validate.nested_replicates=8",
+]
+
+
 @pytest.mark.slow
 def test_validate_job_tiny(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -18,19 +33,10 @@ def test_validate_job_tiny(tmp_path):
         [
             sys.executable,
             "launch.py",
-            "--config=configs/validate.py",
+            *TINY,
             f"--workdir={tmp_path}",
-            "--config.estimator=count",
             "--config.validate.estimators=('count','homogeneous')",
-            "--config.evt.top_m=200",
-            "--config.k=100",
             "--config.validate.families=('kumaraswamy',)",
-            "--config.validate.num_queries=40",
-            "--config.validate.n_pool=1000000",
-            "--config.validate.fractions=(0.01,0.05)",
-            "--config.validate.draws=3",
-            "--config.validate.query_replicates=100",
-            "--config.validate.nested_replicates=8",
         ],
         cwd=ROOT,
         env=env,
@@ -57,18 +63,9 @@ def test_validate_job_resumes_after_kill(tmp_path):
     # validation.partial.json and ends with the results of an uninterrupted run.
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     args = [
-        "--config=configs/validate.py",
-        "--config.estimator=count",
+        *TINY,
         "--config.validate.estimators=('count',)",
-        "--config.evt.top_m=200",
-        "--config.k=100",
         "--config.validate.families=('kumaraswamy','truncnorm')",
-        "--config.validate.num_queries=40",
-        "--config.validate.n_pool=1000000",
-        "--config.validate.fractions=(0.01,0.05)",
-        "--config.validate.draws=3",
-        "--config.validate.query_replicates=100",
-        "--config.validate.nested_replicates=8",
     ]
 
     def command(workdir):
