@@ -283,6 +283,7 @@ def exactness(args, clock):
         return
     import jax
 
+    from tailaware.io import ilias_folder
     from tailaware.search import device_topk, scoring
 
     print("\n3. Exactness: JAX backend against the host backend (ternary descriptors, ties)")
@@ -293,16 +294,7 @@ def exactness(args, clock):
     shard_x = [ternary(n, d) for n in (20_000, 0, 13_000, 7_001)]
     pos = rng.integers(-24, 40, size=(q, 5)).astype(np.float32) / 16
     pos[:, 4] = np.nan  # a padding slot
-    shards = [
-        scoring.Shard(
-            i,
-            f"s{i}",
-            x.shape[0],
-            lambda n=x.shape[0], i=i: np.asarray([f"{i}/{j}" for j in range(n)]),
-            lambda r, x=x: x[r],
-        )
-        for i, x in enumerate(shard_x)
-    ]
+    shards = [ilias_folder.memory_shard(i, x) for i, x in enumerate(shard_x)]
     spec = scoring.SearchSpec(1.0, 0, m, "check")
     host, _ = scoring.score_shards(
         scoring.HostBackend(queries, m), pos, shards, spec, block_size=8192

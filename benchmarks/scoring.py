@@ -64,17 +64,15 @@ def best_of(fn, repeats):
 def shards_of(x, shard_rows):
     """In-memory shards of `shard_rows` rows (sample fraction 1 never hashes their ids).
 
-    They read rows as the library's readers do (`ilias.take_rows`): a contiguous range as one
-    slice (here a view, as from a memory-mapped `.npy` shard), other rows by gather.
+    They read rows as the library's readers do (`ilias_folder.memory_shard`, `take_rows`): a
+    contiguous range as one slice (here a view, as from a memory-mapped `.npy` shard), other rows
+    by gather.
     """
-    from tailaware.jobs import ilias
-    from tailaware.search import scoring
+    from tailaware.io import ilias_folder
 
     def shard(i, start):
-        n = min(shard_rows, x.shape[0] - start)
-        ids = lambda: np.arange(n).astype(str)
-        read = lambda rows: ilias.take_rows(x[start : start + n], rows)
-        return scoring.Shard(i, f"mem{i}", n, ids, read)
+        part = x[start : start + shard_rows]
+        return ilias_folder.memory_shard(i, part, np.arange(part.shape[0]).astype(str), f"mem{i}")
 
     return [shard(i, s) for i, s in enumerate(range(0, x.shape[0], shard_rows))]
 

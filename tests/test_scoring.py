@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from tailaware.io import ilias_folder
 from tailaware.search import device_topk, scoring, topk
 
 Q, D, M = 7, 16, 25  # odd Q exercises the jax backend's padding to the 2 CPU devices
@@ -29,13 +30,7 @@ def make_problem(seed=0, n_pos=4, shard_rows=SHARD_ROWS, dim=D):
     pos[1, 2:] = np.nan
     pos[3, 0] = -0.75
     shards = [
-        scoring.Shard(
-            i,
-            f"shard{i}",
-            x.shape[0],
-            lambda n=x.shape[0], i=i: np.asarray([f"d{i}/{j}" for j in range(n)]),
-            lambda rows, x=x: x[rows],
-        )
+        ilias_folder.memory_shard(i, x, [f"d{i}/{j}" for j in range(x.shape[0])], f"shard{i}")
         for i, x in enumerate(shards_x)
     ]
     return queries, pos, shards, shards_x

@@ -117,6 +117,16 @@ def distractor_shards(folder: str, dim: int, expected: int = 0) -> list[Shard]:
     return [_open_shard(i, found[i], dim) for i in range(n)]
 
 
+def memory_shard(number: int, x: np.ndarray, ids=None, name: str = "") -> Shard:
+    """Returns a `Shard` over an in-memory [n, D] array, read as a file's rows are (`take_rows`).
+
+    `ids`: [n] ids (default "number/row"); `name` defaults to "memory<number>".
+    """
+    n = x.shape[0]
+    ids = np.asarray([f"{number}/{j}" for j in range(n)] if ids is None else ids)
+    return Shard(number, name or f"memory{number}", n, lambda: ids, lambda rows: take_rows(x, rows))
+
+
 def _open_shard(number: int, path: str, dim: int) -> Shard:
     if path.endswith(".npy"):
         arr = _load_npy(path, dim)
