@@ -442,9 +442,9 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
     info = _fit_info(*fits)
     dtype = tail_scores.dtype
     factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
+    share = averaged_share(settings)  # the posterior's excesses per default threshold's
     # Slots for the widest of the default thresholds' and the posterior's excesses.
-    widest = max(factors) * max(1.0, averaged_share(settings))
-    width = _width(tail_scores.shape[1], threshold_quantile, widest)
+    width = _width(tail_scores.shape[1], threshold_quantile, max(factors) * max(1.0, share))
 
     if method == "mean":
 
@@ -455,7 +455,7 @@ def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, met
 
         atoms, weights, n_u, ad, eb, u, fit = jax.vmap(one)(jnp.asarray(factors, dtype))
         q_ones = jnp.ones_like(n_u[0])
-        share = averaged_share(settings)  # the posterior's own default threshold
+        # The posterior's own default threshold (before a goodness-of-fit raise).
         _, _, default_mask = excesses(tail_scores, threshold_quantile, share, width)
         info = {
             **info,
