@@ -182,6 +182,7 @@ def top1_accuracy(x, mask, n, fixed=None):
 # within LAMBDA_MIN; the upper end is far enough past k that P(K <= k) underflows.
 LAMBDA_MIN = 1e-10
 TABLE_POINTS = 4096
+TABLE_BLOCKS = 32  # row blocks of `inverse_rank_table`, each reading only its counts' range
 
 
 def _lambda_max(k: int) -> float:
@@ -193,16 +194,26 @@ def inverse_rank_table(k: int) -> np.ndarray:
     """Returns h [L, k] float64: h[i, a - 1] = E[1{a + K <= k} / (a + K)], K ~ Poisson(lam_i).
 
     lam_i is a log-spaced grid of L = TABLE_POINTS points from LAMBDA_MIN to k + 40 sqrt(k) + 100
-    (`table_lambdas`). One matrix product: h = pmf @ T with T[m, a - 1] = 1 / (a + m) when
-    a + m <= k. Cached (read-only): it costs ~0.3 s at k = 1000.
+    (`table_lambdas`). Matrix products h = pmf @ T with T[m, a - 1] = 1 / (a + m) when a + m <=
+    k, by blocks of rows: a block whose largest mean is lam reads only the counts m < lam + 40
+    sqrt(lam) + 60, beyond which every row's pmf is below 1e-300 of its mode (most of the
+    log-spaced grid lies below lam = 1, where that is 60 columns of k). Cached (read-only):
+    ~0.1 s at k = 1000 (~0.4 s as one product).
     """
     lam = table_lambdas(k)
     m = np.arange(k, dtype=np.float64)
-    log_pmf = m[None, :] * np.log(lam)[:, None] - lam[:, None] - special.gammaln(m + 1.0)[None, :]
-    pmf = np.exp(log_pmf)  # [L, k]
     r = m[:, None] + np.arange(1, k + 1)[None, :]  # [k (m), k (a)]
     t = np.where(r <= k, 1.0 / r, 0.0)
-    h = pmf @ t
+    log_factorial = special.gammaln(m + 1.0)
+    h = np.empty((lam.size, k))
+    for rows in np.array_split(np.arange(lam.size), TABLE_BLOCKS):
+        low, top = lam[rows[0]], lam[rows[-1]]
+        start = int(np.clip(np.floor(low - 40.0 * np.sqrt(low) - 60.0), 0, k))
+        stop = int(np.clip(np.ceil(top + 40.0 * np.sqrt(top) + 60.0), start, k))
+        ms = m[start:stop]
+        log_pmf = ms[None, :] * np.log(lam[rows])[:, None] - lam[rows][:, None]
+        pmf = np.exp(log_pmf - log_factorial[None, start:stop])  # [rows, stop - start]
+        h[rows] = pmf @ t[start:stop]
     h.flags.writeable = False
     return h
 
