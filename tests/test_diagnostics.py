@@ -5,10 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from tailaware.core import law
+from tailaware.core.results import Hardness
 from tailaware.io import artifact
 from tailaware.io import scores as scores_lib
 from tailaware.protocol import diagnostics, from_artifact, prediction
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings
+from tailaware.sim import simulate
 from tailaware.tail import estimators
 from tests.test_scores import float32_tie_fields
 
@@ -55,3 +57,52 @@ def test_reconciled_counts_are_reported(tmp_path):
     assert diagnostics.reconciled(0) == () and "2 positives' counts" in diagnostics.reconciled(2)[0]
     clean = prediction.predict(sample(), SETTINGS, 10 * S)
     assert not any("RECONCILED" in line for line in clean.diagnostics.summary)
+
+
+def test_tail_counts_is_the_truncated_poisson_predictive():
+    """`tail_counts` against a Monte Carlo of its own model (atoms drawn by weight, K ~ Poisson(S
+    x), kept when K < c), and the warning's two guards."""
+    rng = np.random.default_rng(3)
+    q, p, a, s, c = 40, 3, 6, 10_000, 5
+    atoms = np.exp(rng.uniform(np.log(1e-6), np.log(2e-3), (q, p, a)))
+    weights = rng.dirichlet(np.ones(a), q)
+    priced = rng.uniform(size=(q, p)) < 0.8
+    h = Hardness(atoms @ np.ones(a) / a, np.ones((q, p), bool), priced, {}, atoms, weights)
+    counts = rng.integers(0, c, (q, p))
+    observed, expected, sd = diagnostics.tail_counts(h, counts, s, c)
+    assert observed == counts[priced].sum()
+    draws = 20_000
+    means, variances = [], []
+    for i, j in zip(*np.nonzero(priced), strict=True):
+        pick = rng.choice(a, draws, p=weights[i])
+        k = rng.poisson(s * atoms[i, j, pick])
+        k = k[k < c]
+        means.append(k.mean())
+        variances.append(k.var())
+    np.testing.assert_allclose(expected, np.sum(means), rtol=0.01)
+    np.testing.assert_allclose(sd, np.sqrt(np.sum(variances)), rtol=0.03)
+    # Warns only when off by more than the ratio and by more than the noise.
+    assert diagnostics.tail_counts_warning(111.0, 1087.0, 30.0).startswith("TAIL VS COUNTS")
+    assert "heavier" in diagnostics.tail_counts_warning(111.0, 1087.0, 30.0)
+    assert "lighter" in diagnostics.tail_counts_warning(300.0, 150.0, 10.0)
+    assert diagnostics.tail_counts_warning(1806.0, 1568.7, 34.9) == ""  # dev's largest ratio
+    assert diagnostics.tail_counts_warning(20.0, 10.0, 5.0) == ""  # twice, within 3 sd
+
+
+def test_tail_vs_counts_warns_on_a_near_duplicate_bump_only():
+    """Fed the true hardness the check holds; the default's tail over a Gaussian bulk with a
+    near-duplicate cluster (`mixture`, N = 2e5, 5%: it predicts mAP ~0.2 where the gallery's is
+    ~0.7) expects far more sampled outrankers than there are, and the prediction says so; a
+    smooth bounded tail (`kumaraswamy`, the dev family) passes."""
+    settings = PredictSettings(k=100, protocol=TINY)
+    for family, n, warned in (("mixture", 200_000, True), ("kumaraswamy", 10**8, False)):
+        bench = simulate.make_benchmark(150, n, family, seed=5)
+        sc = simulate.draw(bench, 0.05, 4000, seed=6).scores
+        counts = np.where(sc.mask, sc.pos_counts, 0)
+        h = prediction.estimate(sc, settings)
+        truth = h._replace(x=bench.x, atoms=None, weights=None)
+        observed, expected, sd = diagnostics.tail_counts(truth, counts, sc.n_sample, 5)
+        assert abs(observed - expected) <= 3.5 * sd, (family, observed, expected, sd)
+        p = prediction.predict(sc, settings, n, hardness=h)
+        got = any(line.startswith("TAIL VS COUNTS") for line in p.diagnostics.summary)
+        assert got == warned, (family, p.diagnostics.summary)

@@ -4,18 +4,27 @@
 `reconciled`'s, counts reconciled with float32 ties on reading): a target smaller than the
 sample (SUB-GALLERY), the budget verdict when the sample is too small, a tail that could not be
 fitted (TAIL NOT FITTED), tails fitted too low in the sample to extrapolate far (SHALLOW TAIL),
-a prediction that moves with the tail threshold or the prior on the tail shape beyond the query
+tails that the tail-priced positives' own sampled counts contradict (TAIL VS COUNTS), a
+prediction that moves with the tail threshold or the prior on the tail shape beyond the query
 noise (THRESHOLD SENSITIVE, PRIOR SENSITIVE), thresholds raised where the excesses are not GPD-
 shaped (THRESHOLD RAISED), a non-uniform sample (DRIFT), and last the prediction with its
 interval.
 """
 
 import numpy as np
+from scipy import stats
 
 from tailaware.core.results import Budget, Drift, Hardness, Interval
 
 # Above this exceedance rate of the tail threshold (n_u / S) the summary warns (`shallow_tail`).
 SHALLOW_RATE = 1e-3
+# `tail_counts`' warning: the tail-priced positives' summed sampled counts off the tail's
+# prediction by more than this factor (either way) and by more than `TAIL_COUNTS_Z` sds. Chosen on
+# the dev split (36 draws, default estimator, at 47fd2ba): observed / expected ranged over
+# 0.923-1.151 (the largest: MiniLM names at 5%, z = +6.8, where the prediction erred by +0.002;
+# the sds are 15-40 counts there, so z alone would warn on every MiniLM draw).
+TAIL_COUNTS_RATIO = 1.25
+TAIL_COUNTS_Z = 3.0
 
 # The model terms' warnings: (`Interval` field, name, what moves, what it means).
 _SENSITIVE = (
@@ -61,6 +70,61 @@ def reconciled(count: int) -> tuple[str, ...]:
         f"RECONCILED: {whose} exceeded the stored tail scores strictly above by float32 ties "
         "only (counts computed at a higher precision than the stored scores); set to the strict "
         "rule on the stored scores",
+    )
+
+
+def tail_counts(hardness: Hardness, counts: np.ndarray, n_sample: int, min_count: int):
+    """Returns (observed, expected, sd) of the summed sampled counts of the tail-priced positives.
+
+    A positive is priced by the tail when fewer than c = `min_count` sampled distractors beat it,
+    so given the tail its count K is Poisson(S x) conditioned on K < c, x drawn from the
+    estimate's atoms (`Hardness.atoms`, each weighted by its posterior weight times P(K < c));
+    `expected` and `sd` are the sum of those conditional means and the root of the summed
+    variances, `observed` the sum of the counts [Q, P] (`SampledScores.pos_counts`). Fed the true
+    hardness, the two agree within the noise on the simulator; a tail priced too heavy just beyond
+    the sample's top scores expects more sampled outrankers than there are (a near-duplicate bump
+    above a Gaussian bulk, fitted as a long tail: a tenth of them). (0, 0, 0) when the tail
+    priced none.
+    """
+    priced = np.asarray(hardness.tail_priced, bool)
+    if not priced.any():
+        return 0.0, 0.0, 0.0
+    if hardness.atoms is None:
+        atoms, weights = np.asarray(hardness.x)[..., None], np.ones(priced.shape[:1] + (1,))
+    else:
+        atoms, weights = np.asarray(hardness.atoms), np.asarray(hardness.weights)
+    qs, ps = np.nonzero(priced)
+    lam = float(n_sample) * atoms[qs, ps, :]  # [n, A]
+    ks = np.arange(min_count)
+    pmf = stats.poisson.pmf(ks[:, None, None], lam[None])  # [c, n, A]
+    below = pmf.sum(axis=0)
+    w = weights[qs] * below
+    w = w / np.maximum(w.sum(axis=1, keepdims=True), 1e-300)
+    cond = pmf / np.maximum(below, 1e-300)[None]  # P(K = k | K < c) per atom
+    mix = np.einsum("kna,na->kn", cond, w)  # [c, n]: the predictive of K given K < c
+    mean = (ks[:, None] * mix).sum(axis=0)
+    var = (ks[:, None] ** 2 * mix).sum(axis=0) - mean**2
+    observed = float(np.asarray(counts)[qs, ps].sum())
+    return observed, float(mean.sum()), float(np.sqrt(var.sum()))
+
+
+def tail_counts_warning(observed: float, expected: float, sd: float) -> str:
+    """Returns a warning when the tail-priced positives' sampled counts contradict the tail
+    (`tail_counts`; `TAIL_COUNTS_RATIO`, `TAIL_COUNTS_Z`), else ""."""
+    if expected <= 0 or sd <= 0:
+        return ""
+    ratio = observed / expected
+    if max(ratio, 1.0 / max(ratio, 1e-12)) <= TAIL_COUNTS_RATIO:
+        return ""
+    if abs(observed - expected) <= TAIL_COUNTS_Z * sd:
+        return ""
+    side = "heavier" if ratio < 1 else "lighter"
+    return (
+        f"TAIL VS COUNTS: the tail-priced positives are beaten by {observed:,.0f} sampled "
+        f"distractors in all, where the fitted tails predict {expected:,.1f} (sd {sd:.1f}): the "
+        f"tails are {side} just above the sample's top scores than the positives' own counts say "
+        "(e.g. a near-duplicate cluster fitted as a long tail), so their extrapolation is "
+        "unreliable here: sample more distractors, or check the distractor scores"
     )
 
 
@@ -141,8 +205,14 @@ def summary(
     k: int,
     n_sample: int,
     n_target: int,
+    counts: np.ndarray | None = None,
+    min_count: int = 5,
 ) -> tuple[tuple[str, ...], float]:
-    """Returns (the summary lines, the share of queries whose threshold was raised)."""
+    """Returns (the summary lines, the share of queries whose threshold was raised).
+
+    `counts` [Q, P]: the sample's counts of the positives (0 at padding), for the check of the
+    tail against them (`tail_counts`; left out when None, e.g. from an artifact); `min_count`
+    is the estimator's (`TailSettings.min_count`)."""
     num_queries = hardness.mask.shape[0]
     lines = list(sub_gallery(n_sample, n_target))
     if not budget.converged:
@@ -157,6 +227,10 @@ def summary(
     shallow = shallow_tail(hardness, n_sample, n_target)
     if shallow:
         lines.append(shallow)
+    if counts is not None and fitted is not None:
+        misfit = tail_counts_warning(*tail_counts(hardness, counts, n_sample, min_count))
+        if misfit:
+            lines.append(misfit)
     lines += model_sensitive(interval, k)
     raised, note = raised_thresholds(hardness)
     if note:

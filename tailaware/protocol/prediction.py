@@ -198,8 +198,18 @@ def predict(
     )
     verdict, fits = budget_check(scores, settings, n_target, unc.sd_query)
     drift = drift_check(settings, n_target)
+    counts = np.where(scores.mask, scores.pos_counts, 0)
     summary, raised = diagnostics.summary(
-        float(points[0]), unc, hardness, verdict, drift, k, scores.n_sample, n_target
+        float(points[0]),
+        unc,
+        hardness,
+        verdict,
+        drift,
+        k,
+        scores.n_sample,
+        n_target,
+        counts,
+        settings.tail.min_count,
     )
     summary = diagnostics.reconciled(scores.reconciled) + summary
     count = estimators.count(scores)
