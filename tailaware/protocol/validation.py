@@ -33,7 +33,15 @@ from absl import logging
 from tailaware.core import law, metrics
 from tailaware.core.results import Hardness
 from tailaware.io.scores import load_scores
-from tailaware.protocol import baselines, budget, intervals, nested, prediction, schema
+from tailaware.protocol import (
+    baselines,
+    budget,
+    diagnostics,
+    intervals,
+    nested,
+    prediction,
+    schema,
+)
 from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import simulate
 from tailaware.tail import estimators
@@ -241,6 +249,12 @@ def one_draw(
         point_aps, settings.intervals, v.query_replicates, seed, maps, reps, priors=point_priors
     )[0]
     out["interval"] = schema.interval_json(unc)
+    counts = np.where(scores.mask, scores.pos_counts, 0)
+    seen, expected, sd = diagnostics.tail_counts(
+        point, counts, scores.n_sample, settings.tail.min_count
+    )
+    warned = bool(diagnostics.tail_counts_warning(seen, expected, sd))
+    out["tail_counts"] = {"observed": seen, "expected": expected, "sd": sd, "warned": warned}
     out["predictions"] = preds
     out["calibration"] = calib
     return out
@@ -265,6 +279,9 @@ def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
         if tag in est:
             cover = [d["interval"][tag][0] <= d["truth"] <= d["interval"][tag][1] for d in draws]
             rows.setdefault("_coverage", {})[tag] = float(np.mean(cover))
+    checked = [d["tail_counts"]["warned"] for d in draws if "tail_counts" in d]
+    if checked:  # (results written before the check lack it)
+        rows["_warned"] = {"tail_counts": float(np.mean(checked))}
     half = [(d["interval"]["ci90"][1] - d["interval"]["ci90"][0]) / 2.0 for d in draws]
     rows["_width"] = {"ci90": float(np.median(half))}
     rows["_truth"] = {"mean": float(truth.mean()), "sd": float(truth.std())}
@@ -303,10 +320,14 @@ def format_table(results: dict, estimator: str) -> str:
         if "_width" in cells[fr[0]]:
             half = "".join(f"{cells[f]['_width']['ci90']:>24.4f}" for f in fr)
             lines.append(f"  {'half-width ci90 (*)':<26}{half}")
+        if all("_warned" in cells[f] for f in fr):
+            warned = "".join(f"{cells[f]['_warned']['tail_counts']:>24.2f}" for f in fr)
+            lines.append(f"  {'TAIL VS COUNTS warned (*)':<26}{warned}")
         lines.append("")
     lines.append(
         "bias / MAE: prediction minus realized truth; med / corr: median estimated-over-true "
-        "hardness and log-correlation of tail-priced positives; * = config.estimator (intervals)."
+        "hardness and log-correlation of tail-priced positives; * = config.estimator (intervals; "
+        "the share of draws whose prediction warned TAIL VS COUNTS)."
     )
     return "\n".join(lines)
 
