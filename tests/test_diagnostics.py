@@ -8,7 +8,7 @@ from tailaware.core import law
 from tailaware.core.results import Hardness
 from tailaware.io import artifact
 from tailaware.io import scores as scores_lib
-from tailaware.protocol import diagnostics, from_artifact, prediction
+from tailaware.protocol import diagnostics, from_artifact, prediction, schema
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings
 from tailaware.sim import simulate
 from tailaware.tail import estimators
@@ -106,3 +106,8 @@ def test_tail_vs_counts_warns_on_a_near_duplicate_bump_only():
         p = prediction.predict(sc, settings, n, hardness=h)
         got = any(line.startswith("TAIL VS COUNTS") for line in p.diagnostics.summary)
         assert got == warned, (family, p.diagnostics.summary)
+        seen = p.diagnostics.tail_counts[0]
+        assert seen == counts[h.tail_priced].sum()
+        written = schema.prediction_json(p)["diagnostics"]["tail_counts"]
+        keys = ("observed", "expected", "sd")
+        assert written == dict(zip(keys, p.diagnostics.tail_counts, strict=True))

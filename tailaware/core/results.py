@@ -172,6 +172,9 @@ class Diagnostics(NamedTuple):
       drift: the drift test (None from an artifact).
       share_tail_priced: the share of positives the tail priced.
       share_threshold_raised: the share of queries whose tail threshold was raised.
+      tail_counts: (observed, expected, sd): the tail-priced positives' summed sampled counts
+        and what the fitted tails predict for them (`protocol.diagnostics.tail_counts`; None
+        without a tail or a sample).
     """
 
     summary: tuple[str, ...]
@@ -179,6 +182,7 @@ class Diagnostics(NamedTuple):
     drift: Drift | None = None
     share_tail_priced: float | None = None
     share_threshold_raised: float | None = None
+    tail_counts: tuple[float, float, float] | None = None
 
 
 class Prediction(NamedTuple):

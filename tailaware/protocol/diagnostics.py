@@ -205,14 +205,12 @@ def summary(
     k: int,
     n_sample: int,
     n_target: int,
-    counts: np.ndarray | None = None,
-    min_count: int = 5,
+    checked: tuple[float, float, float] | None = None,
 ) -> tuple[tuple[str, ...], float]:
     """Returns (the summary lines, the share of queries whose threshold was raised).
 
-    `counts` [Q, P]: the sample's counts of the positives (0 at padding), for the check of the
-    tail against them (`tail_counts`; left out when None, e.g. from an artifact); `min_count`
-    is the estimator's (`TailSettings.min_count`)."""
+    `checked`: the tail against the tail-priced positives' counts, `tail_counts`' (observed,
+    expected, sd); None leaves the check out (no tail, or no sample: from an artifact)."""
     num_queries = hardness.mask.shape[0]
     lines = list(sub_gallery(n_sample, n_target))
     if not budget.converged:
@@ -227,10 +225,9 @@ def summary(
     shallow = shallow_tail(hardness, n_sample, n_target)
     if shallow:
         lines.append(shallow)
-    if counts is not None and fitted is not None:
-        misfit = tail_counts_warning(*tail_counts(hardness, counts, n_sample, min_count))
-        if misfit:
-            lines.append(misfit)
+    misfit = "" if checked is None else tail_counts_warning(*checked)
+    if misfit:
+        lines.append(misfit)
     lines += model_sensitive(interval, k)
     raised, note = raised_thresholds(hardness)
     if note:

@@ -198,18 +198,13 @@ def predict(
     )
     verdict, fits = budget_check(scores, settings, n_target, unc.sd_query)
     drift = drift_check(settings, n_target)
-    counts = np.where(scores.mask, scores.pos_counts, 0)
+    checked = None
+    if "fitted" in hardness.info:  # a tail-aware estimate: its tail against the counts
+        counts = np.where(scores.mask, scores.pos_counts, 0)
+        min_count = settings.tail.min_count
+        checked = diagnostics.tail_counts(hardness, counts, scores.n_sample, min_count)
     summary, raised = diagnostics.summary(
-        float(points[0]),
-        unc,
-        hardness,
-        verdict,
-        drift,
-        k,
-        scores.n_sample,
-        n_target,
-        counts,
-        settings.tail.min_count,
+        float(points[0]), unc, hardness, verdict, drift, k, scores.n_sample, n_target, checked
     )
     summary = diagnostics.reconciled(scores.reconciled) + summary
     count = estimators.count(scores)
@@ -238,7 +233,7 @@ def predict(
             sd_distractor=None if reps is None else tuple(b.sd_distractor for b in bands),
         ),
         other_metrics=other_metrics(hardness, fixed, n_target, k),
-        diagnostics=Diagnostics(summary, verdict, drift, shared, raised),
+        diagnostics=Diagnostics(summary, verdict, drift, shared, raised, checked),
     )
 
 

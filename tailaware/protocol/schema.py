@@ -105,6 +105,9 @@ def _diagnostics_json(d: Diagnostics) -> dict:
         out["share_tail_priced"] = d.share_tail_priced
     if d.share_threshold_raised is not None:
         out["share_threshold_raised"] = d.share_threshold_raised
+    if d.tail_counts is not None:
+        observed, expected, sd = d.tail_counts
+        out["tail_counts"] = {"observed": observed, "expected": expected, "sd": sd}
     return out
 
 
