@@ -97,9 +97,15 @@ def _n_excesses(n_finite, threshold_quantile, factor):
     return jnp.clip(k, jnp.minimum(MIN_EXCESSES, n_finite - 1), n_finite - 1)
 
 
+def excess_count(m: int, threshold_quantile: float, factor: float = 1.0) -> int:
+    """Returns round((1 - q) factor m), half up with `ROUND_SLACK`: `_n_excesses`' count for m
+    kept scores before its clip, as a Python int (static shapes, `functional.core`)."""
+    return int(np.floor((1.0 - float(threshold_quantile)) * factor * m + 0.5 + ROUND_SLACK))
+
+
 def _width(m, threshold_quantile, factor):
     """Returns the static width W of the excess arrays for M kept scores."""
-    k = int(np.floor((1.0 - threshold_quantile) * factor * m + 0.5 + ROUND_SLACK))
+    k = excess_count(m, threshold_quantile, factor)
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
 
 

@@ -100,17 +100,13 @@ class Core(NamedTuple):
     threshold_quantile: float
 
 
-def _n_excess(settings: TailSettings, m: int) -> int:
-    return int(np.floor((1.0 - float(settings.threshold_quantile)) * m + 0.5 + evt.ROUND_SLACK))
-
-
 def resample_width(settings: TailSettings, m: int) -> int:
     """Returns L, the stored scores a resampled fit reads: the fit's excesses and a margin.
 
     A Poisson-resampled top k + 1 comes from the original top k + 1 + O(sqrt(k)) scores; 8 sd
     of margin makes running short a < 1e-12 event.
     """
-    k = _n_excess(settings, m)
+    k = evt.excess_count(m, settings.threshold_quantile)
     return int(min(m, k + 1 + int(np.ceil(8.0 * np.sqrt(k + 1))) + 16))
 
 
@@ -135,10 +131,12 @@ def core(
     top_m = int(settings.top_m)
     m_ref = _kept(ref, top_m)
     width = resample_width(settings, m_ref)
-    k_ref = max(_n_excess(settings, m_ref), 1)
+    k_ref = max(evt.excess_count(m_ref, settings.threshold_quantile), 1)
     tq = 1.0 - k_ref / width
     m_s = _kept(scores, top_m)
-    keep = min(int(round(_n_excess(settings, m_s) * width / k_ref)), m_s, width)
+    keep = min(
+        int(round(evt.excess_count(m_s, settings.threshold_quantile) * width / k_ref)), m_s, width
+    )
     tail = np.full((scores.num_queries, width), -np.inf, np.float32)
     tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s], settings.tie_share)[
         :, :keep
