@@ -355,10 +355,11 @@ def _done(done: dict | None, cell: str, fraction) -> tuple | None:
     return None if rows is None else (rows, done["raw"][cell][str(fraction)])
 
 
-def _simulated_draws(bench, fraction: float, seeds, settings: PredictSettings) -> list:
-    """Returns the samples of one simulated cell: (scores, truth counts, N, true hardness,
-    seed) per seed."""
-    return [_simulated(bench, float(fraction), s, settings) + (s,) for s in seeds]
+def _simulated_draws(bench, fraction: float, seeds, settings: PredictSettings):
+    """Yields the samples of one simulated cell: (scores, truth counts, N, true hardness, seed)
+    per seed, one at a time (`evaluate_cell` reads each once; a cell's draws need not all be in
+    memory)."""
+    return (_simulated(bench, float(fraction), s, settings) + (s,) for s in seeds)
 
 
 def study(
@@ -408,7 +409,7 @@ def study(
             finished = _done(done, cell, f)
             if finished is None:
                 seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-                samples = (_simulated(bench, float(f), s, settings) + (s,) for s in seeds)
+                samples = _simulated_draws(bench, f, seeds, settings)
                 finished = evaluate_cell(samples, settings, v, names, oracle)
                 logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
             results["cells"][cell][str(f)], results["raw"][cell][str(f)] = finished
