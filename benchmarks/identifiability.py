@@ -11,7 +11,9 @@ above e) has hardness 0 under A and up to p under B, and at N = 1e8 a hardness o
 distractor above it.
 
 Take any estimator whose prediction for query q depends only on q's sample and positives
-(tailaware's do: the tail fits and posteriors are per query) and whose AP lies in [0, 1]. Its
+(tailaware's tail fits and posteriors are per query; the empirical-Bayes shape prior, the
+default since issue #21, pools its two hyperparameters over all queries, which the argument
+does not cover) and whose AP lies in [0, 1]. Its
 expected prediction moves by at most TV_q between A and B, while the truth moves by
 gap_q = E[AP_A] - E[AP_B] >= 0, so bias_B - bias_A >= mean_q (gap_q - TV_q) and
 
