@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tailaware.core import metrics
+from tailaware.io.scores import SCORE_BOUND, make_scores
 from tailaware.protocol import floors, validation
 from tailaware.sim import simulate
 
@@ -52,11 +53,21 @@ def test_samples_of_a_law_and_of_its_lower_cut_differ_by_the_hit_probability():
 
 
 def _gallery(rng, q=6, d=400, p=4, n_fixed=30):
-    """A dense gallery: distractors, other instances' (fixed) items, and positives above them."""
-    dis = rng.normal(0.0, 1.0, (q, d))
-    fixed = rng.normal(0.5, 1.0, (q, n_fixed))
-    pos = rng.normal(2.2, 0.7, (q, p))
-    return dis, fixed, pos
+    """A dense gallery of cosine-like scores: distractors, other instances' (fixed) items, and
+    positives mostly above them."""
+    dis = np.clip(rng.normal(0.0, 0.25, (q, d)), -0.99, 0.99)
+    fixed = np.clip(rng.normal(0.12, 0.25, (q, n_fixed)), -0.99, 0.99)
+    pos = np.clip(rng.normal(0.55, 0.18, (q, p)), -0.99, 0.99)
+    return dis.astype(np.float32), fixed.astype(np.float32), pos.astype(np.float32)
+
+
+def _sample(dis, fixed_items, pos, kept, m_stored):
+    """The sampled-scores file of the distractors `kept` [D] (all stored: S <= m_stored)."""
+    tail = np.full((dis.shape[0], m_stored), -np.inf)
+    tail[:, : kept.sum()] = -np.sort(-dis[:, kept], axis=1)
+    counts = (dis[:, None, kept] > pos[:, :, None]).sum(axis=2)
+    fixed = (fixed_items[:, None, :] > pos[:, :, None]).sum(axis=2)
+    return make_scores(tail, pos, counts, int(kept.sum()), fixed)
 
 
 def test_gallery_cut_moves_the_top_distractors_below_everything():
@@ -78,6 +89,18 @@ def test_gallery_cut_moves_the_top_distractors_below_everything():
     np.testing.assert_array_equal(gaps[0], 0.0)
     assert gaps[-1].max() > 0.3
 
+    # The sample of the cut gallery, from the sample of the gallery and its top scores.
+    m = np.asarray([0, 1, 3, 8, 13, 2])
+    cut = dis.copy()
+    for i, mi in enumerate(m):
+        cut[i, np.argsort(-dis[i])[:mi]] = -SCORE_BOUND
+    kept = rng.uniform(size=dis.shape[1]) < 0.1
+    want = _sample(cut, fixed_items, pos, kept, 64)
+    got = floors.cut_sample(_sample(dis, fixed_items, pos, kept, 64), -np.sort(-dis, 1), m)
+    np.testing.assert_array_equal(got.tail_scores, want.tail_scores)
+    np.testing.assert_array_equal(got.pos_counts, want.pos_counts)
+    assert (got.pos_counts < _sample(dis, fixed_items, pos, kept, 64).pos_counts).any()
+
     # An id sample (each distractor kept with probability f): the query's sampled scores under
     # the two galleries coincide exactly when no moved id is drawn, which has the hit
     # probability of f over m trials.
@@ -96,6 +119,8 @@ def test_floor_takes_each_querys_best_cut_and_no_cut_when_none_helps():
     gaps = np.asarray([[0.0, 0.0, 0.0], [0.5, 0.1, 0.2], [0.9, 0.2, 0.3]])  # [C, Q]
     tvs = np.asarray([0.0, 0.3, 0.5])[:, None]
     np.testing.assert_allclose(floors.margins(gaps, tvs), [0.4, 0.0, 0.0])
+    np.testing.assert_array_equal(floors.best_cuts(gaps, tvs, [0, 5, 9]), [9, 0, 0])
+    np.testing.assert_array_equal(floors.best_cuts(gaps[1:], tvs[1:], [5, 9]), [9, 0, 0])
     assert floors.floor(gaps, tvs) == pytest.approx(0.4 / 3 / 2)
     assert floors.floor(gaps[1:], tvs[1:]) == floors.floor(gaps, tvs)  # never below 0
     np.testing.assert_allclose(floors.hit_probability(0.5, [0, 1, 3]), [0.0, 0.5, 0.875])

@@ -33,6 +33,7 @@ Shapes: Q queries, P positive slots, C cuts.
 import numpy as np
 
 from tailaware.core import metrics
+from tailaware.io.scores import SCORE_BOUND, SampledScores, make_scores
 from tailaware.protocol import validation
 from tailaware.sim import simulate
 
@@ -54,6 +55,14 @@ def hit_probability(p, n):
 def margins(gaps, tvs) -> np.ndarray:
     """Returns [Q]: each query's largest gap - TV over the cuts [C, Q] (broadcast), at least 0."""
     return np.maximum(np.max(np.asarray(gaps) - np.asarray(tvs), axis=0), 0.0)
+
+
+def best_cuts(gaps, tvs, cuts) -> np.ndarray:
+    """Returns [Q]: the cut of `cuts` [C] at each query's margin (`margins`), 0 where none
+    helps (the first of equal ones)."""
+    diff = np.asarray(gaps) - np.asarray(tvs)
+    i = np.argmax(diff, axis=0)
+    return np.where(np.take_along_axis(diff, i[None], 0)[0] > 0, np.asarray(cuts)[i], 0)
 
 
 def floor(gaps, tvs) -> float:
@@ -87,17 +96,46 @@ def law_gaps(bench: simulate.Benchmark, k: int, cuts=CUTS) -> tuple:
     return ap, np.stack(gaps), masses
 
 
-def gallery_gaps(counts, fixed, k: int, cuts=CUTS) -> tuple:
-    """Returns (realized AP@k [Q] of the gallery, gaps [C, Q], m [C]) for the integer cuts of
-    `cuts`; `counts` [Q, P] distractors above each positive (-1 at padding), `fixed` [Q, P] the
-    always-indexed non-relevant items above each."""
+def gallery_aps(counts, fixed, k: int, m=0) -> np.ndarray:
+    """Returns the realized AP@k [Q] of a gallery with each query's m highest distractors moved
+    below everything (m: a scalar or [Q, 1]); `counts` [Q, P] distractors above each positive
+    (-1 at padding), `fixed` [Q, P] the always-indexed non-relevant items above each."""
     counts = np.asarray(counts)
     mask = counts >= 0
+    return metrics.ap_at_k_from_counts(np.where(mask, cut_counts(counts, m) + fixed, -1), mask, k)
+
+
+def gallery_gaps(counts, fixed, k: int, cuts=CUTS) -> tuple:
+    """Returns (realized AP@k [Q] of the gallery, gaps [C, Q], m [C]) for the integer cuts of
+    `cuts` up to the largest count (`gallery_aps`)."""
     moved = np.unique(np.floor(np.asarray(cuts))).astype(np.int64)
-    moved = moved[moved <= max(int(counts.max()), 0)]
+    moved = moved[moved <= max(int(np.max(counts)), 0)]
+    ap = gallery_aps(counts, fixed, k)
+    return ap, np.stack([gallery_aps(counts, fixed, k, m) - ap for m in moved]), moved
 
-    def aps(c):
-        return metrics.ap_at_k_from_counts(np.where(mask, c + fixed, -1), mask, k)
 
-    ap = aps(counts)
-    return ap, np.stack([aps(cut_counts(counts, m)) - ap for m in moved]), moved
+def cut_sample(sample: SampledScores, top, m) -> SampledScores:
+    """Returns the sample the lower-cut gallery gives for the same ids: each query's sampled
+    distractors among its m highest (`top` [Q, M'], the full gallery's highest scores,
+    descending; m [Q] < M') moved to -SCORE_BOUND, below every score a file holds, and the
+    positives' sampled counts lowered by those that were above them.
+
+    Raises:
+      ValueError: when the sample's stored scores are not all of it (S > M), or a query's cut
+        falls on a tie of the gallery's scores.
+    """
+    if sample.n_sample > sample.tail_scores.shape[1]:
+        raise ValueError(f"S = {sample.n_sample} > M: the stored scores are not the whole sample")
+    top, m = np.asarray(top, np.float64), np.asarray(m, np.int64)
+    rows = np.arange(len(m))
+    cut = np.where(m > 0, top[rows, np.maximum(m - 1, 0)], np.inf)  # the m-th highest
+    if (top[rows, m] >= cut).any():
+        raise ValueError("a cut falls on a tie of the gallery's scores")
+    tail = sample.tail_scores.astype(np.float64)
+    moved = tail >= cut[:, None]
+    above = (tail[:, None, :] > sample.pos_scores[:, :, None]) & moved[:, None, :]
+    counts = np.where(sample.mask, sample.pos_counts - above.sum(axis=2), -1)
+    tail = -np.sort(-np.where(moved, -SCORE_BOUND, tail), axis=1)  # above the -inf padding
+    return make_scores(
+        tail, sample.pos_scores, counts, sample.n_sample, sample.fixed_counts, sample.query_ids
+    )
