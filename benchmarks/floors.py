@@ -21,9 +21,11 @@ split) it prints the recorded estimator's bias and MAE in each cell next to the 
 truth lower: "higher") and the two cuts against each other ("both": the lower cut gives
 bias_A - bias_L >= 2 floor_L, the higher one bias_H - bias_A >= 2 floor_H, so max(|bias_L|,
 |bias_H|) >= floor_L + floor_H); after the table, the lower and higher floors at that script's
-own settings (N = 1e8, k = 1000, 500 queries).
+own settings (N = 1e8, k = 1000, 500 queries). Last (`--check`, a text benchmark at a fraction
+whose samples are stored whole), the default estimator run on the lower-cut gallery itself:
+its samples built from the recorded ones, its bias there next to its bias on the benchmark.
 
-Command (about 2 minutes on 2 cores):
+Command (about 2.5 minutes on 2 cores):
   python benchmarks/floors.py --manifest=CACHE/manifest.json --records=W/validation.json
 Prints the tables, then one JSON line.
 """
@@ -40,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import identifiability  # noqa: E402  (the sibling script: the higher cut on truncnorm)
 
 from tailaware.io.scores import load_scores  # noqa: E402
-from tailaware.protocol import floors, validation  # noqa: E402
+from tailaware.protocol import floors, prediction, validation  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import simulate  # noqa: E402
 
 TARGETS = {0.0005: 0.02, 0.01: 0.01, 0.05: 0.005}  # issue #21's MAE targets per fraction
@@ -53,6 +56,8 @@ def _parse():
     p.add_argument("--records", default="", help="a test-split validation.json ('': no errors)")
     p.add_argument("--queries", type=int, default=300, help="per simulated benchmark, as tested")
     p.add_argument("--k", type=int, default=100)
+    p.add_argument("--check", default="test-minilm-names", help="text benchmark ('': none)")
+    p.add_argument("--check_fraction", type=float, default=0.01, help="S must be <= 4,000")
     return p.parse_args()
 
 
@@ -80,6 +85,47 @@ def gallery_floors(entry: dict, k: int, fractions) -> dict:
 def _cell(gaps, tv) -> dict:
     margins = floors.margins(gaps, tv)
     return {"floor": floors.floor(gaps, tv), "share": float(np.mean(margins > 0))}
+
+
+def default_on_cut(entry: dict, f: float, k: int) -> dict:
+    """Returns the default estimator's bias on a real-text benchmark A and on its lower-cut
+    gallery B (each query at its best cut for f, `floors.best_cuts`) over the manifest's draws
+    at f, B's samples built from A's (`floors.cut_sample`), with the share of queries whose
+    sample differs and how far the prediction moved on the queries whose sample did not (the
+    empirical-Bayes prior pools the queries)."""
+    truth = load_scores(entry["truth"])
+    counts, fixed, n = truth.pos_counts, truth.fixed_counts, int(truth.n_sample)
+    ap_a, gaps, moved = floors.gallery_gaps(counts, fixed, k)
+    tv = floors.hit_probability(f, moved[:, None])
+    m = floors.best_cuts(gaps, tv, moved)
+    truths = {"A": ap_a, "B": floors.gallery_aps(counts, fixed, k, m[:, None])}
+    settings = PredictSettings(k=k)
+    rows = []
+    for d in entry["sampled"][str(f)]:
+        samples = {"A": load_scores(d["scores"])}
+        samples["B"] = floors.cut_sample(samples["A"], truth.tail_scores, m)
+        aps = {}
+        for world, s in samples.items():
+            h = prediction.estimate(s, settings)
+            aps[world] = prediction.prior_maps(h, [n], k, s.fixed_counts, s)[0][0]
+        same = (samples["A"].tail_scores == samples["B"].tail_scores).all(axis=1)
+        moved_by = np.where(same, aps["B"] - aps["A"], 0.0)
+        rows.append(
+            [float(np.mean(aps[w] - truths[w])) for w in "AB"]
+            + [float(np.mean(~same)), float(moved_by.sum() / len(same))]
+        )
+    bias_a, bias_b, differs, pooled = (float(v) for v in np.mean(rows, axis=0))
+    return {
+        "draws": len(rows),
+        "floor": floors.floor(gaps, tv),
+        "truth_a": float(ap_a.mean()),
+        "truth_b": float(truths["B"].mean()),
+        "bias_a": bias_a,
+        "bias_b": bias_b,
+        "differs": differs,
+        "tv": float(floors.hit_probability(f, m).mean()),
+        "moved_same": pooled,
+    }
 
 
 def recorded(records: dict, cell: str, f: float) -> dict:
@@ -192,6 +238,17 @@ def main():
             for f, v in zip(identifiability.FRACTIONS, settings[regime].values(), strict=True)
         )
         print(f"{regime:<8} {row}", flush=True)
+    check = {}
+    if args.manifest and args.check:
+        check = default_on_cut(entries[args.check], args.check_fraction, args.k)
+        c = check
+        print(
+            f"\nthe default on {args.check} at {args.check_fraction:g} and on its lower-cut "
+            f"gallery ({c['draws']} draws): bias A {c['bias_a']:+.4f}, B {c['bias_b']:+.4f} "
+            f"(floor {c['floor']:.4f}); truth A {c['truth_a']:.4f}, B {c['truth_b']:.4f}; "
+            f"queries whose sample differs {c['differs']:.3f} (mean TV {c['tv']:.3f}); the "
+            f"mAP moved {c['moved_same']:+.4f} through the queries whose sample did not"
+        )
     seconds = time.time() - t0
     print(f"{seconds:.0f} s")
     print(
@@ -203,6 +260,7 @@ def main():
                 "estimator": est,
                 "cells": cells,
                 "identifiability_settings": settings,
+                "check": check,
                 "seconds": seconds,
             }
         )
