@@ -11,7 +11,9 @@ above e) has hardness 0 under A and up to p under B, and at N = 1e8 a hardness o
 distractor above it.
 
 Take any estimator whose prediction for query q depends only on q's sample and positives
-(tailaware's do: the tail fits and posteriors are per query) and whose AP lies in [0, 1]. Its
+(tailaware's tail fits and posteriors are per query; the empirical-Bayes shape prior, the
+default since issue #21, pools its two hyperparameters over all queries, which the argument
+does not cover) and whose AP lies in [0, 1]. Its
 expected prediction moves by at most TV_q between A and B, while the truth moves by
 gap_q = E[AP_A] - E[AP_B] >= 0, so bias_B - bias_A >= mean_q (gap_q - TV_q) and
 
@@ -43,6 +45,7 @@ from scipy import special
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tailaware.core import evaluate, metrics  # noqa: E402
+from tailaware.protocol import floors as floors_lib  # noqa: E402
 from tailaware.protocol import prediction, validation  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import simulate  # noqa: E402
@@ -79,7 +82,7 @@ def mass_above(bench: simulate.Benchmark, c_new: np.ndarray) -> np.ndarray:
     return (special.ndtr(-c) - special.ndtr(-c_new)) / (special.ndtr(c_lo) - special.ndtr(-c_new))
 
 
-def floors(bench: simulate.Benchmark, k: int) -> dict:
+def floors(bench: simulate.Benchmark, k: int, fractions=FRACTIONS) -> dict:
     """Returns, per sample fraction, the truths and the floors on max(|bias_A|, |bias_B|)."""
     ap_a = validation.expected_aps(bench, k)
     gaps, masses = [], []
@@ -89,12 +92,12 @@ def floors(bench: simulate.Benchmark, k: int) -> dict:
         masses.append(mass_above(bench, c_new))
     gaps, masses = np.stack(gaps), np.stack(masses)  # [D, Q]
     out = {"map_cut": float(ap_a.mean()), "map_uncut": float(ap_a.mean() - gaps[-1].mean())}
-    for f in FRACTIONS:
-        tv = -np.expm1(round(f * bench.n_pool) * np.log1p(-masses))  # [D, Q]
+    for f in fractions:
+        tv = floors_lib.hit_probability(masses, round(f * bench.n_pool))  # [D, Q]
         out[str(f)] = {
             "tv_uncut": float(tv[-1].mean()),
-            "floor_uncut": float(np.maximum(gaps[-1] - tv[-1], 0.0).mean() / 2),
-            "floor": float(np.max(gaps - tv, axis=0).mean() / 2),
+            "floor_uncut": floors_lib.floor(gaps[-1:], tv[-1:]),
+            "floor": floors_lib.floor(gaps, tv),
         }
     return out
 
