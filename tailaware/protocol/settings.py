@@ -57,19 +57,21 @@ class IntervalSettings:
       prior_sd: per unit of prior deviation (how far it moves under a flatter and a steeper
         prior on the tail shape, `TailSettings.prior_spread`).
 
-    (1.0, 0.5) were chosen on the dev split with the default estimator
+    (0.0, 0.5) were chosen on the dev split with the default estimator
     (`benchmarks/interval_factors.py --target 1.0` on the dev run's validation.json;
     docs/validation.md): the narrowest pair of the grid (0-4 x 0-3 in steps of 1/2) whose 90%
     interval held the realized truth in every draw of every dev cell (3 draws in each of 12
-    cells), median half-width 0.0246; (0.5, 0.5) missed draws (0.0242), (1.5, 0.5) covered
-    every draw at 0.0257. With the averaged estimator at the 0.95 quantile (before
-    `TailSettings.averaged_quantile`) the same rule chose (4.0, 0.0), 0.0294; the earlier
-    (2.5, 1.5), chosen on the simulator alone, covered every draw at 0.0351. A factor of 0
-    leaves its term out of the interval (the prior term is still measured and reported, PRIOR
-    SENSITIVE).
+    cells), median half-width 0.0241; (0.5, 0.5) and (1.0, 0.5) also covered every draw, at
+    0.0242 and 0.0246 (three draws a cell cannot tell them apart); no pair without the prior
+    term did. Before the tail was conditioned on the scores' bound
+    (`TailSettings.score_bound`) the same rule chose (1.0, 0.5), 0.0246; with the averaged
+    estimator at the 0.95 quantile (before `TailSettings.averaged_quantile`) (4.0, 0.0),
+    0.0294; the earlier (2.5, 1.5), chosen on the simulator alone, covered every draw at 0.0351.
+    A factor of 0 leaves its term out of the interval (both terms are still measured and
+    reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE).
     """
 
-    threshold_sd: float = 1.0
+    threshold_sd: float = 0.0
     prior_sd: float = 0.5
 
     def __post_init__(self):

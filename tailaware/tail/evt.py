@@ -47,6 +47,7 @@ and the count switch are discrete and carry no gradient.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -288,7 +289,13 @@ def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor
         eb = jnp.stack([mu, tau]).astype(dtype)
     log_w = log_prior[None, :] + log_width + ll
     weights = jax.nn.softmax(log_w, axis=1)
-    log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
+    if math.isinf(settings.score_bound):
+        log_s = gpd.log_survival(excess[:, :, None], xis[None, None, :], sigma[:, None, :])
+    else:  # the tail conditioned on the scores' bound
+        room = (settings.score_bound - u)[:, None, None]
+        log_s = gpd.log_survival_below(
+            excess[:, :, None], room, xis[None, None, :], sigma[:, None, :]
+        )
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
     return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad, eb
 

@@ -385,6 +385,23 @@ def log_survival(y, xi, sigma):
     return jnp.where(ok, out, jnp.where(y > 0, -jnp.inf, 0.0))
 
 
+def log_survival_below(y, c, xi, sigma):
+    """Returns log P(Y > y | Y <= c) under GPD(xi, sigma): the tail conditioned on a bound c > 0.
+
+    log((G(y) - G(c)) / (1 - G(c))), G the survival (`log_survival`); -inf at y >= c and beyond
+    the endpoint; `log_survival` where G(c) = 0 (a bounded tail whose endpoint lies below c).
+    Broadcasts; finite gradients (double-where guards where the difference vanishes).
+    """
+    log_y = log_survival(y, xi, sigma)
+    log_c = log_survival(c, xi, sigma)
+    d = log_c - log_y  # log(G(c) / G(y)) < 0 strictly inside (nan where both are -inf)
+    inside = d < 0.0
+    d_safe = jnp.where(inside, d, -1.0)
+    log_c_safe = jnp.where(log_c < 0.0, log_c, -1.0)  # c > 0 keeps G(c) < 1 where sigma > 0
+    out = log_y + jnp.log(-jnp.expm1(d_safe)) - jnp.log1p(-jnp.exp(log_c_safe))
+    return jnp.where(inside, out, -jnp.inf)
+
+
 def grid_fit(y: jax.Array, mask: jax.Array):
     """Returns (xi, sigma) maximising the likelihood over `fit`'s search grid and its boundaries.
 
