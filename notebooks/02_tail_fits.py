@@ -22,7 +22,8 @@
 # x = (n_u / S) P(Y > s - u). This notebook looks at those fits on a synthetic benchmark with
 # known truth: the per-query fits, their stability under a moved threshold, the immune-positive
 # problem (fits whose endpoint falls below a real positive) and the variant that averages over
-# the shape instead of plugging in the maximum-likelihood fit, so it never returns a hard 0.
+# the shape instead of plugging in the maximum-likelihood fit, so it returns a hard 0 only at a
+# score of 1 (the cosine bound).
 
 # %%
 import os
@@ -143,7 +144,8 @@ plt.show()
 # hardness exactly 0: immune at every gallery size. The paper sees this in 20-30% of fits and
 # leaves it open. `evt_averaged` keeps the tail's posterior over xi in [-0.95, 0] (scale
 # integrated out) as hardness atoms and predicts by averaging E[AP] over them; shapes near 0
-# keep unbounded support, so no positive gets a hard 0. Its reported x is the posterior mean.
+# keep the tail open up to the cosine bound 1, so only a positive at 1 gets a hard 0. Its
+# reported x is the posterior mean.
 # Against the truth, for the tail-priced positives:
 
 # %%

@@ -311,8 +311,10 @@ def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
     that sigma is fitted); integrating the scale out removes that bias. The observed information
     is finite at the interior optimum for every xi > -1, so the grid spans the non-regular range
     -1 < xi <= -1/2 too (`XI_MIN`), where the expected information n / (1 + 2 xi) does not exist.
-    Atom i prices a positive at log((n_u / S) P(Y > s - u | xi_i, sigma(xi_i))). The xi = 0 atom
-    keeps unbounded support, so the mixture is never a hard 0.
+    Atom i prices a positive at log((n_u / S) P(Y > s - u | xi_i, sigma(xi_i), Y <= b - u)), the
+    GPD conditioned on the scores' bound b (`TailSettings.score_bound`; cosine similarities: 1;
+    `gpd.log_survival_below`). The xi = 0 atom keeps the tail open up to b, so the mixture is a
+    hard 0 only at or above b.
 
     The threshold is the q-quantile of the kept scores unless a GPD does not fit the excesses
     there (Anderson-Darling A^2 above `ad_critical`, e.g. a near-duplicate cluster above a bulk):
@@ -606,5 +608,6 @@ def evt(scores: SampledScores, settings: TailSettings) -> Hardness:
 
 
 def evt_averaged(scores: SampledScores, settings: TailSettings) -> Hardness:
-    """Returns the tail-aware hardness posterior over xi (atoms; x is its mean; no hard 0)."""
+    """Returns the tail-aware hardness posterior over xi (atoms; x is its mean; 0 only at the
+    scores' bound)."""
     return estimate(scores, settings, ESTIMATOR_METHODS["evt_averaged"])
