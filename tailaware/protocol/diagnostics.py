@@ -181,7 +181,7 @@ def model_sensitive(interval: Interval, k: int) -> list[str]:
     sd_q = interval.sd_query
     return [
         f"{name}: mAP@{k} moves by {getattr(interval, key):.4f} {how}, more than the query noise "
-        f"(sd {sd_q:.4f}); the interval includes it, but {why}"
+        f"(sd {sd_q:.4f}; the interval's model term: sd {interval.sd_model:.4f}): {why}"
         for key, name, how, why in _SENSITIVE
         if getattr(interval, key) > sd_q
     ]
@@ -192,9 +192,9 @@ def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
     lo, hi = interval.ci90.reported
     return (
         f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{lo:.4f}, {hi:.4f}] ({interval.method} "
-        f"bootstrap, widened by the tail model's sensitivity to its threshold, "
-        f"{interval.threshold_deviation:.4f}, and to the prior on its shape, "
-        f"{interval.prior_deviation:.4f})"
+        f"bootstrap, widened by the tail model's error, sd {interval.sd_model:.4f}; it moves by "
+        f"{interval.threshold_deviation:.4f} with its threshold and by "
+        f"{interval.prior_deviation:.4f} with the prior on its shape)"
     )
 
 

@@ -68,7 +68,9 @@ class IntervalSettings:
     estimator at the 0.95 quantile (before `TailSettings.averaged_quantile`) (4.0, 0.0),
     0.0294; the earlier (2.5, 1.5), chosen on the simulator alone, covered every draw at 0.0351.
     A factor of 0 leaves its term out of the interval (both terms are still measured and
-    reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE).
+    reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE). The factors are chosen for the default
+    estimator: the plug-in `evt` has no prior term, so at (0.0, 0.5) it reports its sampling
+    interval alone (set `threshold_sd`, e.g. `--config.intervals.threshold_sd=1`, to widen it).
     """
 
     threshold_sd: float = 0.0
