@@ -80,9 +80,10 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     rng = np.random.default_rng(4)
     base = rng.beta(0.6, 0.9, 600)
     a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
-    plain = compare.paired(a, base, 4000)
-    wide = compare.paired(a, base, 4000, deviation=0.01)
-    expected = np.hypot(plain["sd"], IntervalSettings().threshold_sd * 0.01)
+    factors = IntervalSettings(threshold_sd=1.0)  # the default leaves the threshold term out
+    plain = compare.paired(a, base, 4000, settings=factors)
+    wide = compare.paired(a, base, 4000, deviation=0.01, settings=factors)
+    expected = np.hypot(plain["sd"], factors.threshold_sd * 0.01)
     assert wide["sd"] == pytest.approx(expected, rel=0.05)
     assert wide["difference"] == plain["difference"]
     assert wide["p_a_beats_b"] < plain["p_a_beats_b"]
