@@ -27,3 +27,12 @@ def x64():
     """Runs a test with float64 enabled (for tolerances tighter than float32 allows)."""
     with jax.enable_x64(True):
         yield
+
+
+def pytest_collection_modifyitems(items):
+    # The modules that hold a slow test run first, each in its usual order. `make test` hands
+    # whole modules to its two workers in this order (pytest-xdist, `--dist loadfile
+    # --no-loadscope-reorder`): the short modules then fill in at the end, where a long one
+    # started last would keep one worker busy while the other waits.
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

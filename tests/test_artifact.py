@@ -117,6 +117,7 @@ def test_malformed_files_are_named(tmp_path, sample, field, value, message):
     assert json.loads(json.dumps(art.metadata)) == {}
 
 
+@pytest.mark.slow
 def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval(tmp_path):
     bench = simulate.make_benchmark(120, 10**7, seed=3)
     scores = simulate.draw(bench, 0.01, 1000, seed=4).scores

@@ -91,6 +91,7 @@ def wide_sample():
     return scores.concatenate([narrow, simulate.draw(wide, 0.05, 400, seed=2).scores])
 
 
+@pytest.mark.slow
 def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample):
     sc = wide_sample
     assert buckets.groups(sc.mask) is not None and buckets.groups(sc.mask, 0.0) is None

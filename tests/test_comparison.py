@@ -90,6 +90,7 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     assert wide["resolvable_margin"] > 2 * plain["resolvable_margin"]
 
 
+@pytest.mark.slow
 def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
     bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
     bench_b = simulate.second_system(bench_a, seed=1)

@@ -57,6 +57,7 @@ def test_spread_excesses_fit_like_the_unrounded_ones(xi):
     assert spread_err < 0.02 and rounded_err > 3 * spread_err
 
 
+@pytest.mark.slow
 def test_float16_scores_predict_like_float32_ones():
     bench = simulate.make_benchmark(300, family="kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=1)

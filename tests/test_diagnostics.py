@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tailaware.core import law
 from tailaware.core.results import Hardness
@@ -89,6 +90,7 @@ def test_tail_counts_is_the_truncated_poisson_predictive():
     assert diagnostics.tail_counts_warning(20.0, 10.0, 5.0) == ""  # twice, within 3 sd
 
 
+@pytest.mark.slow
 def test_tail_vs_counts_warns_on_a_near_duplicate_bump_only():
     """Fed the true hardness the check holds; the default's tail over a Gaussian bulk with a
     near-duplicate cluster (`mixture`, N = 2e5, 5%: it predicts mAP ~0.2 where the gallery's is

@@ -375,6 +375,7 @@ def test_small_samples_and_short_rows():
                 assert h.tail_priced[0, 0]
 
 
+@pytest.mark.slow
 def test_gradients_are_finite_and_match_finite_differences(scores, x64):
     # One positive beyond a plug-in endpoint (x = 0 there): x = exp(log x) and its gradient stay
     # finite. The derivative along a random direction matches central differences: in the
@@ -414,6 +415,7 @@ def test_threshold_stability_flags_a_changing_tail():
     np.testing.assert_array_equal(info["stable"][:2], [True, False])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["evt", "evt_averaged"])
 def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # Half and twice the excesses over the q = 0.95 threshold are the thresholds of q = 0.975
@@ -442,6 +444,7 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     assert (got.prior_weights is None) == (name == "evt") and alone.prior_weights is None
 
 
+@pytest.mark.slow
 def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
     # The re-weighted posterior (float64, from the weights under exp(t xi)) against the
     # posterior computed afresh with the prior exp(t' xi) for t' = t -/+ the prior's spread

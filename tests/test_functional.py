@@ -25,6 +25,7 @@ def test_core_agrees_with_the_estimator(name):
     np.testing.assert_allclose(got[0], want, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_core_reads_only_the_real_scores_of_a_padded_file():
     # A file may store more columns than S (-inf padded): the nested bootstrap's core must put
     # the threshold where the estimator does, so both files predict the same.

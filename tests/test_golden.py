@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 # Keys whose values depend on the run, not on the numbers (wall time, paths, provenance).
@@ -174,6 +176,7 @@ def compare(outputs: dict) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_outputs_match_golden(tmp_path):
     assert compare(produce(str(tmp_path))) == []
 

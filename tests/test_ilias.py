@@ -131,6 +131,7 @@ def test_exact_mode_matches_official_recipe(folder, tmp_path, queries, k):
     assert min(map(len, got)) >= min(k, 60)  # all positives above the M-th kept distractor
 
 
+@pytest.mark.slow
 def test_sampled_mode_through_launch(folder, tmp_path):
     out = subprocess.run(
         [

@@ -111,6 +111,7 @@ def test_intervals_stay_inside_the_range_of_the_metric():
             assert 0.0 <= lo <= point <= hi <= 1.0, (lo, hi)
 
 
+@pytest.mark.slow
 def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     # A bounded (Kumaraswamy) law at a 1% sample of a 10^6 pool: the GPD tail over-prices the
     # positives (the prediction errs low by several query standard errors), which resampling

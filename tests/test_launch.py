@@ -48,6 +48,7 @@ def test_demo_end_to_end(tmp_path):
     assert "True mAP@1000" in out
 
 
+@pytest.mark.slow
 def test_predict_command(tmp_path):
     # A gallery whose exact counts we know: predicting at N = S with the count estimator
     # must give back the sample's own exact mAP, and the at-sample baseline equals it.

@@ -59,6 +59,7 @@ def test_summary_notes_raised_thresholds():
     assert diagnostics.raised_thresholds(h._replace(info=same)) == (0.0, "")
 
 
+@pytest.mark.slow
 def test_summary_warns_about_a_query_without_a_tail_fit():
     # One query whose stored scores are all equal (no excess over its threshold) and a sample
     # of one query (no query noise): the protocol must say so, not crash or stay silent.
