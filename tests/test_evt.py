@@ -454,9 +454,10 @@ def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
     flat, steep = got.prior_weights
     pos, tail, _, s = evt._host_inputs(scores, settings)
     tilt, spread = settings.xi_tilt, settings.prior_spread
+    posterior = jax.jit(evt.posterior, static_argnums=3)
     for weights, t in ((flat, tilt - spread), (steep, tilt + spread)):
         other = dataclasses.replace(settings, xi_tilt=t)
-        _, ref = evt.posterior(pos, tail, s, other)
+        _, ref = posterior(pos, tail, s, other)
         np.testing.assert_allclose(weights, ref, rtol=2e-3, atol=1e-7)
     # A flatter prior weighs shorter tails more: every query's posterior mean of xi is lower.
     xis = _grid(settings)

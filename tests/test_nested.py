@@ -34,7 +34,7 @@ def test_resample_keeps_tail_and_counts_consistent():
     bench = simulate.make_benchmark(Q, 10**7, seed=2)
     sc = simulate.draw(bench, 0.01, 300, seed=3).scores
     c = functional.core(sc, TailSettings())
-    tail, counts = nested.resample(jax.random.key(0), c.tail, c.pos, c.counts, c.mask)
+    tail, counts = jax.jit(nested.resample)(jax.random.key(0), c.tail, c.pos, c.counts, c.mask)
     tail, counts = np.asarray(tail), np.asarray(counts)
     assert (np.diff(tail, axis=1) <= 0).all()  # still descending
     # Every resampled score is one of the query's stored scores.
