@@ -1,5 +1,5 @@
-"""The identifiability floor of every test cell: each query's law cut lower, which the sample sees
-only when it draws a distractor above the cut.
+"""The identifiability floor of every test (or dev) cell: each query's law cut lower, which the
+sample sees only when it draws a distractor above the cut.
 
 `tailaware.protocol.floors` holds the argument: for query q, B_q is A_q conditioned on a score
 <= t_q (a simulated law: hardness x -> max(x - p, 0) / (1 - p), p = G(t_q); a real gallery: the
@@ -10,7 +10,8 @@ estimator whose prediction for q depends only on q's sample, positives, N and k 
 max(|bias_A|, |bias_B|) >= mean_q max(0, max over t_q of gap_q - TV_q) / 2.
 
 The cells are the validation's test split (`validation.SPLITS["test"]`, `configs/validate.py`
-with seed 0): the simulated families at each size (300 queries, the validate job's benchmark
+with seed 0; `--split=dev` the dev split's, with a dev run's records: how far the choices made on
+dev can still go): the simulated families at each size (300 queries, the validate job's benchmark
 seeds), gaps of E[AP] under the validation's Poisson oracle (`validation.expected_aps`: the
 mean over pools of the realized truth the test split draws afresh per draw; the JSON line holds
 the recorded realized truths' mean as `truth_realized`); the
@@ -25,8 +26,9 @@ own settings (N = 1e8, k = 1000, 500 queries). Last (`--check`, a text benchmark
 whose samples are stored whole), the default estimator run on the lower-cut gallery itself:
 its samples built from the recorded ones, its bias there next to its bias on the benchmark.
 
-Command (about 2.5 minutes on 2 cores):
+Command (about 2.5 minutes on 2 cores; the dev split about 1 minute):
   python benchmarks/floors.py --manifest=CACHE/manifest.json --records=W/validation.json
+  python benchmarks/floors.py --split=dev --manifest=CACHE/manifest.json --records=W/validation.json
 Prints the tables, then one JSON line.
 """
 
@@ -47,16 +49,16 @@ from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import simulate  # noqa: E402
 
 TARGETS = {0.0005: 0.02, 0.01: 0.01, 0.05: 0.005}  # issue #21's MAE targets per fraction
-SPLIT = validation.SPLITS["test"]
 
 
 def _parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--split", default="test", choices=sorted(validation.SPLITS))
     p.add_argument("--manifest", default="", help="the text galleries' manifest ('': skip them)")
-    p.add_argument("--records", default="", help="a test-split validation.json ('': no errors)")
+    p.add_argument("--records", default="", help="that split's validation.json ('': no errors)")
     p.add_argument("--queries", type=int, default=300, help="per simulated benchmark, as tested")
     p.add_argument("--k", type=int, default=100)
-    p.add_argument("--check", default="test-minilm-names", help="text benchmark ('': none)")
+    p.add_argument("--check", default=None, help="text benchmark ('': none; SPLIT-minilm-names)")
     p.add_argument("--check_fraction", type=float, default=0.01, help="S must be <= 4,000")
     return p.parse_args()
 
@@ -159,14 +161,17 @@ def summary(cells: dict, far: float = 3.0) -> str:
 def main():
     t0 = time.time()
     args = _parse()
-    fractions = SPLIT.fractions
+    split = validation.SPLITS[args.split]
+    if args.check is None:
+        args.check = f"{args.split}-minilm-names"
+    fractions = split.fractions
     records = {}
     if args.records:
         with open(args.records) as fh:
             records = json.load(fh)
     cells = {}
     for i, ((regime, family), n_pool) in enumerate(
-        (rf, n) for rf in SPLIT.simulated for n in SPLIT.sizes
+        (rf, n) for rf in split.simulated for n in split.sizes
     ):  # the benchmarks and seeds of `validation.split_study` (seed 0)
         bench = simulate.make_benchmark(
             args.queries, n_pool, family, seed=1000 * i, **simulate.REGIMES[regime]
@@ -182,7 +187,7 @@ def main():
     if args.manifest:
         with open(args.manifest) as fh:
             entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
-        for name in SPLIT.text:
+        for name in split.text:
             cells[f"text/{name}"] = gallery_floors(entries[name], args.k, fractions)
     for cell, res in cells.items():
         for f in fractions:
@@ -190,8 +195,8 @@ def main():
 
     est = records.get("estimator", "")
     print(
-        f"Identifiability floors of the test split, mAP@{args.k}: each query's law cut lower "
-        f"(floor on max(|bias_A|, |bias_B|)); {est or 'no'} errors from {args.records or '-'}"
+        f"Identifiability floors of the {args.split} split, mAP@{args.k}: each query's law cut "
+        f"lower (floor on max(|bias_A|, |bias_B|)); {est or 'no'} errors from {args.records or '-'}"
     )
     print(
         f"{'cell':<28} {'f':>6} {'truth':>7} {'floor':>7} {'helped':>6} {'target':>6} "
