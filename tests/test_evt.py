@@ -104,8 +104,8 @@ def _grid(settings):
 
 
 def _log_prior(settings, xis, prior_mean=None, prior_sd=None):
-    if settings.prior == "empirical_bayes":  # a discretised normal over the grid
-        lp = -0.5 * ((xis - prior_mean) / prior_sd) ** 2
+    if settings.prior == "empirical_bayes":  # a discretised normal over the grid, shifted
+        lp = -0.5 * ((xis - prior_mean - settings.eb_shift) / prior_sd) ** 2
     else:  # trapezoid weights times the lean towards longer tails
         w = np.ones(xis.size)
         w[[0, -1]] = 0.5
@@ -246,6 +246,23 @@ def test_settings_are_read(scores, results):
     assert info["n_exceed_selected"].max() == 13 and np.median(info["n_exceed_selected"]) == 13
     deeper = evt.evt_averaged(scores, _settings(top_m=500, averaged_quantile=0.99)).info
     assert deeper["n_exceed_selected"].max() == evt.MIN_EXCESSES == 10
+
+
+def test_empirical_bayes_shift_moves_the_fitted_prior(scores):
+    # The shift moves the fitted prior's mean after the fit: the fit (mean, sd) is the same at
+    # any shift, and the posterior at shift d is the one at 0 re-weighted by the ratio of the
+    # two normals on the grid; a longer shift weighs longer tails more on every query.
+    pos, tail, _, s = evt._host_inputs(scores, _settings())
+    post = jax.jit(evt._posterior, static_argnums=3)
+    _, w0, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
+    _, w1, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
+    np.testing.assert_array_equal(eb0, eb1)
+    mu, tau = np.asarray(eb0, np.float64)
+    xis = _grid(_settings())
+    ratio = np.exp(-0.5 * ((xis - mu - 0.1) / tau) ** 2 + 0.5 * ((xis - mu) / tau) ** 2)
+    ref = np.asarray(w0, np.float64) * ratio
+    np.testing.assert_allclose(w1, ref / ref.sum(axis=1, keepdims=True), rtol=2e-3, atol=1e-7)
+    assert (np.asarray(w1) @ xis > np.asarray(w0) @ xis).all()
 
 
 def test_posterior_reads_short_and_long_bounded_tails():

@@ -186,9 +186,9 @@ EB_MEANS = 51
 EB_SDS = (0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4)
 
 
-def empirical_bayes_prior(log_lik, fitted, xis):
+def empirical_bayes_prior(log_lik, fitted, xis, shift=0.0):
     """Returns the log prior [X] over the shape grid that maximises the benchmark's marginal
-    likelihood, and its (mean, sd).
+    likelihood, its mean moved by `shift` (`TailSettings.eb_shift`), and its fitted (mean, sd).
 
     The prior is a discretised normal N(mu, tau^2) over the grid, mu <= 0 (cosine scores are
     bounded: a benchmark's typical limiting shape is; a query's posterior still reaches the
@@ -196,7 +196,9 @@ def empirical_bayes_prior(log_lik, fitted, xis):
     sum_q log sum_i pi_i L_q(xi_i) over the queries with a fitted tail (`fitted` [Q]), L_q the
     scale-integrated likelihood of query q's excesses (`log_lik` [Q, X]): type-II maximum
     likelihood by a search over `EB_MEANS` means in [grid start, 0] and the sds `EB_SDS`
-    (two parameters: a grid search is exact enough and cheap, [Q, X] sums per candidate).
+    (two parameters: a grid search is exact enough and cheap, [Q, X] sums per candidate). The
+    prior returned is N(mu + shift, tau^2) on the grid: the shift carries the shape the excesses
+    show at the threshold to the tail deeper in, where the positives beyond the sample are priced.
     """
     mus = jnp.linspace(xis[0], jnp.minimum(xis[-1], 0.0), EB_MEANS)
     taus = jnp.asarray(EB_SDS, xis.dtype)
@@ -206,7 +208,8 @@ def empirical_bayes_prior(log_lik, fitted, xis):
     total = jnp.sum(jnp.where(fitted[None, None, :], marginal, 0.0), axis=-1)  # [M, T]
     best = jnp.argmax(total)
     i, j = best // taus.shape[0], best % taus.shape[0]
-    return log_prior[i, j], mus[i], taus[j]
+    z = (xis - mus[i] - shift) / taus[j]
+    return jax.nn.log_softmax(-0.5 * z * z), mus[i], taus[j]
 
 
 def _pricing_inputs(pos_scores, u, mask, n_sample):
@@ -285,7 +288,9 @@ def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor
     log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
     log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
     if settings.prior == "empirical_bayes":
-        log_prior, mu, tau = empirical_bayes_prior(log_width + ll, jnp.any(mask, axis=1), xis)
+        log_prior, mu, tau = empirical_bayes_prior(
+            log_width + ll, jnp.any(mask, axis=1), xis, settings.eb_shift
+        )
         eb = jnp.stack([mu, tau]).astype(dtype)
     log_w = log_prior[None, :] + log_width + ll
     weights = jax.nn.softmax(log_w, axis=1)
@@ -305,7 +310,8 @@ def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
 
     Per query, the weights are the marginal likelihood of xi with the scale integrated out
     (prior 1 / sigma) by Laplace's method, prior(xi) L_p(xi) / sqrt(J(xi)), with prior(xi)
-    proportional to exp(xi_tilt xi) (`TailSettings.xi_tilt`): the profile likelihood L_p(xi) at the
+    proportional to exp(xi_tilt xi) (`TailSettings.xi_tilt`; or the benchmark's empirical-Bayes
+    normal, its mean moved by `TailSettings.eb_shift`): the profile likelihood L_p(xi) at the
     profiled scale sigma(xi), times the width of the likelihood in log sigma, J its observed
     information there (`gpd.scale_information`). The profile alone favours short tails (it ignores
     that sigma is fitted); integrating the scale out removes that bias. The observed information
