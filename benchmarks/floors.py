@@ -143,11 +143,12 @@ def summary(cells: dict, far: float = 3.0) -> str:
     """Returns two lines: per target, the cells whose floor (cut lower) is above it; and the
     cells whose recorded |bias| is above the target and `far` times the floor (on `truncnorm`
     the larger of its floors)."""
-    above = {f: [c for c, r in cells.items() if r[str(f)]["floor"] > t] for f, t in TARGETS.items()}
+    targets = {f: t for f, t in TARGETS.items() if all(str(f) in r for r in cells.values())}
+    above = {f: [c for c, r in cells.items() if r[str(f)]["floor"] > t] for f, t in targets.items()}
     line = ", ".join(f"{f * 100:g}%: {len(v)} of {len(cells)}" for f, v in above.items())
     beyond = []
     for cell, res in cells.items():
-        for f, t in TARGETS.items():
+        for f, t in targets.items():
             c = res[str(f)]
             bound = max(c["floor"], c.get("floor_higher", 0.0))
             if "bias" in c and abs(c["bias"]) > max(t, far * bound):
