@@ -67,7 +67,10 @@ class IntervalSettings:
     (`TailSettings.score_bound`) the same rule chose (1.0, 0.5), 0.0246; with the averaged
     estimator at the 0.95 quantile (before `TailSettings.averaged_quantile`) (4.0, 0.0),
     0.0294; the earlier (2.5, 1.5), chosen on the simulator alone, covered every draw at 0.0351.
-    A factor of 0 leaves its term out of the interval (both terms are still measured and
+    With the prior's shift (`TailSettings.eb_shift`) the rule picks (0.0, 0.0), every dev draw
+    inside its sampling interval (0.0148; (0.0, 0.5) 0.0238): kept at (0.0, 0.5), decided before
+    the test run, because dev then shows almost no bias for a model term to measure
+    (docs/validation.md, "The interval on dev and test"). A factor of 0 leaves its term out of the interval (both terms are still measured and
     reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE). The factors are chosen for the default
     estimator: the plug-in `evt` has no prior term, so at (0.0, 0.5) it reports its sampling
     interval alone (set `threshold_sd`, e.g. `--config.intervals.threshold_sd=1`, to widen it).
