@@ -72,9 +72,9 @@ class IntervalSettings:
     the test run, because dev then shows almost no bias for a model term to measure
     (docs/validation.md, "The interval on dev and test"). A factor of 0 leaves its term out of
     the interval (both terms are still measured and reported: THRESHOLD SENSITIVE, PRIOR
-    SENSITIVE). The factors are chosen for the default
-    estimator: the plug-in `evt` has no prior term, so at (0.0, 0.5) it reports its sampling
-    interval alone (set `threshold_sd`, e.g. `--config.intervals.threshold_sd=1`, to widen it).
+    SENSITIVE). The factors are chosen for the default estimator: the plug-in `evt` has no prior
+    term, so at (0.0, 0.5) it reports its sampling interval alone (set `threshold_sd`, e.g.
+    `--config.intervals.threshold_sd=1`, to widen it).
     """
 
     threshold_sd: float = 0.0
