@@ -186,6 +186,14 @@ EB_MEANS = 51
 EB_SDS = (0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4)
 
 
+def _normal_on_grid(xis, mu, tau):
+    """Returns log N(mu, tau^2) discretised on the shape grid `xis` (normalised over its last
+    axis): one prior for scalar `mu`, `tau`; [M, T, X] for `xis` [1, 1, X], `mu` [M, 1, 1] and
+    `tau` [1, T, 1]."""
+    z = (xis - mu) / tau
+    return jax.nn.log_softmax(-0.5 * z * z, axis=-1)
+
+
 def empirical_bayes_prior(log_lik, fitted, xis, shift=0.0):
     """Returns the log prior [X] over the shape grid that maximises the benchmark's marginal
     likelihood, its mean moved by `shift` (`TailSettings.eb_shift`), and its fitted (mean, sd).
@@ -202,14 +210,12 @@ def empirical_bayes_prior(log_lik, fitted, xis, shift=0.0):
     """
     mus = jnp.linspace(xis[0], jnp.minimum(xis[-1], 0.0), EB_MEANS)
     taus = jnp.asarray(EB_SDS, xis.dtype)
-    z = (xis[None, None, :] - mus[:, None, None]) / taus[None, :, None]
-    log_prior = jax.nn.log_softmax(-0.5 * z * z, axis=-1)  # [M, T, X]
+    log_prior = _normal_on_grid(xis[None, None, :], mus[:, None, None], taus[None, :, None])
     marginal = jax.nn.logsumexp(log_lik[None, None, :, :] + log_prior[:, :, None, :], axis=-1)
     total = jnp.sum(jnp.where(fitted[None, None, :], marginal, 0.0), axis=-1)  # [M, T]
     best = jnp.argmax(total)
     i, j = best // taus.shape[0], best % taus.shape[0]
-    z = (xis - mus[i] - shift) / taus[j]
-    return jax.nn.log_softmax(-0.5 * z * z), mus[i], taus[j]
+    return _normal_on_grid(xis, mus[i] + shift, taus[j]), mus[i], taus[j]
 
 
 def _pricing_inputs(pos_scores, u, mask, n_sample):
