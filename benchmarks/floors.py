@@ -163,8 +163,7 @@ def main():
     t0 = time.time()
     args = _parse()
     split = validation.SPLITS[args.split]
-    if args.check is None:
-        args.check = f"{args.split}-minilm-names"
+    check_name = f"{args.split}-minilm-names" if args.check is None else args.check
     fractions = split.fractions
     records = {}
     if args.records:
@@ -245,11 +244,11 @@ def main():
         )
         print(f"{regime:<8} {row}", flush=True)
     check = {}
-    if args.manifest and args.check:
-        check = default_on_cut(entries[args.check], args.check_fraction, args.k)
+    if args.manifest and check_name:
+        check = default_on_cut(entries[check_name], args.check_fraction, args.k)
         c = check
         print(
-            f"\nthe default on {args.check} at {args.check_fraction:g} and on its lower-cut "
+            f"\nthe default on {check_name} at {args.check_fraction:g} and on its lower-cut "
             f"gallery ({c['draws']} draws): bias A {c['bias_a']:+.4f}, B {c['bias_b']:+.4f} "
             f"(floor {c['floor']:.4f}); truth A {c['truth_a']:.4f}, B {c['truth_b']:.4f}; "
             f"queries whose sample differs {c['differs']:.3f} (mean TV {c['tv']:.3f}); the "
