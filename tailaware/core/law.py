@@ -33,17 +33,6 @@ from scipy import special
 Truncation = Literal["hard", "smooth"]
 
 
-def _sorted_offsets(x, mask, n, fixed):
-    """Returns (d, valid) sorted so that d = F + N x ascends over the real positives."""
-    fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    d = fixed + n * x
-    # Padding sorts last; the double `where` keeps padded slots out of every gradient.
-    key = jnp.where(mask, d, jnp.inf)
-    order = jnp.argsort(key, stable=True)
-    d_safe = jnp.where(mask, d, 0.0)
-    return d_safe[order], mask[order]
-
-
 def _truncate(r, k, truncation, tau):
     if truncation == "hard":
         # Guards float rounding only: r = j + N (K/N) must count when j + K = k exactly.
@@ -73,10 +62,8 @@ def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0)
     Returns:
       Scalar AP@k; 0 for a query without positives.
     """
-    x = jnp.asarray(x)
-    d, valid = _sorted_offsets(x, mask, n, fixed)
-    j = jnp.cumsum(valid).astype(x.dtype)
-    r = j + d
+    xs, fs, valid, j = _by_rank(jnp.asarray(x), mask, n, fixed)
+    r = j + fs + n * xs
     r_safe = jnp.where(valid, r, 1.0)
     w = _truncate(r_safe, k, truncation, tau)
     return _mean_precision(jnp.where(valid, w * j / r_safe, 0.0), valid, k)
@@ -158,10 +145,9 @@ def top1_survival(x, n, exact: bool = False):
 
 def recall_at_k(x, mask, n, k, fixed=None):
     """Returns the share of a query's positives whose expected rank is <= k (one query)."""
-    d, valid = _sorted_offsets(jnp.asarray(x), mask, n, fixed)
-    j = jnp.cumsum(valid).astype(d.dtype)
-    hit = _truncate(jnp.where(valid, j + d, 1.0), k, "hard", 1.0)
-    return jnp.sum(jnp.where(valid, hit, 0.0)) / jnp.maximum(jnp.sum(valid), 1).astype(d.dtype)
+    xs, fs, valid, j = _by_rank(jnp.asarray(x), mask, n, fixed)
+    hit = _truncate(jnp.where(valid, j + fs + n * xs, 1.0), k, "hard", 1.0)
+    return jnp.sum(jnp.where(valid, hit, 0.0)) / jnp.maximum(jnp.sum(valid), 1).astype(j.dtype)
 
 
 def top1_accuracy(x, mask, n, fixed=None):

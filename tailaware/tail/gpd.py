@@ -1,8 +1,12 @@
-"""Maximum likelihood for the generalized Pareto distribution (GPD) with -1 <= xi <= 0.
+"""Generalized Pareto (GPD) likelihoods for the tail fits: the constrained MLE and profiles.
 
 The paper's tail-aware estimator (Appendix B) fits a GPD to each query's excesses over a high
-threshold, with the shape constrained to xi <= 0 because cosine scores are bounded. This module
-is that fitter: written for one problem of `n` padded excesses and batched with `vmap`.
+threshold. `fit` is that fitter, the maximum-likelihood estimate under -1 <= xi <= 0 (cosine
+scores are bounded). The averaged estimator's posterior (`tailaware.tail.evt`) needs the
+likelihood profiled over the scale at fixed shapes instead: `profile_in_xi` for xi in [-1, 0]
+and `profile_in_xi_heavy` for xi > 0 (real embeddings' tails fit at or past the bound at
+practical depths). Everything is written for one problem of `n` padded excesses and batched
+with `vmap`.
 
 GPD survival, for excess y >= 0, scale sigma > 0 and shape xi:
 
@@ -61,21 +65,16 @@ import numpy as np
 # can win. float32 stops where the gap is still a few ulps, so the endpoint stays representable
 # above y_max.
 S_MAX = {np.dtype(np.float32): 14.0, np.dtype(np.float64): 30.0}
-# Steps of `profile_in_xi`'s safeguarded Newton iteration. Every step that is not a good Newton
-# step halves the bracket (1e-6, S_MAX], so 24 steps leave it at most 14 / 2^24 < 1e-6 wide in s
-# (float32 resolution at s ~ 1) even where Newton never helps. On 3,000 GPD problems (3-400
-# excesses, xi from -0.95 to 0.7, some rounded or tied) 20 steps already give the scales of 200
-# to the last bit, 16 miss by up to 9%.
+# Newton steps of the profiles (`profile_in_xi`, `profile_in_xi_heavy`) and of `fit`'s
+# refinement. `_newton` bisects whenever a step is not a good Newton step, so PROFILE_STEPS
+# leave the bracket (1e-6, S_MAX] below float32's resolution in s even where Newton never helps;
+# the counts are the fewest that reproduce longer runs (docs/estimators.md, "The fitters").
 PROFILE_STEPS = 24
-# Steps of `profile_in_xi_heavy`'s Newton iteration from its method-of-moments start: on the
-# same 3,000 problems 10 steps give the scales of 200 within 1.3e-7 (relative), 8 miss by up to
-# 6%; on the protocol benchmark's 1,200 queries 10 steps match 200 within 5e-7. It was 48 steps
-# from s = 0 (0.9 s of the 1.6 s estimate there).
 HEAVY_STEPS = 12
+NEWTON_ITERS = 8
 # A Newton step below this (relative to 1 + |s|, ~8 float32 ulps) ends the iteration.
 NEWTON_TOL = 1e-6
 GRID_SIZE = 48
-NEWTON_ITERS = 8
 _LOG2 = float(np.log(2.0))
 
 
@@ -171,9 +170,8 @@ def _profile_derivatives(s, z, w, n):
 def _search(z, w, n):
     """Returns the best interior profile point (loglik / n, xi, sigma, on_edge) in y_max units.
 
-    A fixed grid picks the basin; a safeguarded Newton iteration on the profile's derivative
-    (bisection whenever a Newton step leaves the bracket or the curvature is not negative)
-    refines it with a fixed number of steps.
+    A fixed grid picks the basin; `_newton` on the profile's derivative refines it inside the
+    best grid point's bracket with a fixed number of steps.
     """
     grid_np = s_grid(z.dtype)
     grid = jnp.asarray(grid_np)
@@ -182,17 +180,8 @@ def _search(z, w, n):
     padded = jnp.concatenate([jnp.asarray([grid_np[0] * 1e-2], z.dtype), grid])
     lo, hi = padded[k], padded[jnp.minimum(k + 2, GRID_SIZE)]
 
-    def step(carry, _):
-        s, lo, hi = carry
-        g, h = _profile_derivatives(s, z, w, n)
-        lo = jnp.where(g > 0, s, lo)
-        hi = jnp.where(g > 0, hi, s)
-        h_safe = jnp.where(h < 0, h, -1.0)
-        s_newton = s - g / h_safe
-        ok = (h < 0) & (s_newton > lo) & (s_newton < hi) & jnp.isfinite(s_newton)
-        return (jnp.where(ok, s_newton, 0.5 * (lo + hi)), lo, hi), None
-
-    (s, _, _), _ = jax.lax.scan(step, (grid[k], lo, hi), None, length=NEWTON_ITERS)
+    slope = lambda s: _profile_derivatives(s, z, w, n)
+    s = _newton(slope, grid[k], lo, hi, NEWTON_ITERS)
     t = -jnp.expm1(-s)
     ll, xi, sigma = _profile_from_mean_log(t, jnp.sum(_log_q(s, z, w)) / n)
     ll = jnp.where(jnp.isnan(ll), -jnp.inf, ll)
@@ -432,7 +421,7 @@ def anderson_darling(y: jax.Array, mask: jax.Array, xi, sigma) -> jax.Array:
     order (as `evt.excesses` returns them); log F and log(1 - F) are floored at -50 so an
     excess at or beyond a fitted endpoint gives a large finite statistic, not inf. 0 with no
     excess. With (xi, sigma) fitted to the same excesses its null distribution depends little on
-    xi or n (Choulakian and Stephens 2001; `hardness.AD_CRITICAL`).
+    xi or n (Choulakian and Stephens 2001; `TailSettings.ad_critical`).
     """
     n = jnp.sum(mask).astype(y.dtype)
     log_s = log_survival(jnp.where(mask, y, 0.0), xi, sigma)
