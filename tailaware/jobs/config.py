@@ -52,7 +52,7 @@ def at_least(low: float) -> Callable[[object], bool]:
 
 
 def fraction(v) -> bool:
-    """A share in (0, 1]."""
+    """Returns whether `v` is a share in (0, 1]."""
     return isinstance(v, int | float) and not isinstance(v, bool) and 0.0 < v <= 1.0
 
 

@@ -47,7 +47,7 @@ def global_ids(shard: int, rows: np.ndarray) -> np.ndarray:
 
 
 def split_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of `global_ids`: (shard numbers, rows)."""
+    """Returns (shard numbers, rows) of engine ids: the inverse of `global_ids`."""
     ids = np.asarray(ids, np.int64)
     return ids >> np.int64(ROW_BITS), ids & np.int64((1 << ROW_BITS) - 1)
 
@@ -77,9 +77,14 @@ class HostBackend:
         floor_spare: int = 1024,
         speculates: bool = True,
     ):
-        """Args: `floor_spare`, buffer slots beyond M per query when filtering at a floor;
-        `speculates`, filter at a floor guessed from a pilot sample (`scoring.score_shards`),
-        which cuts the selection work several times."""
+        """Holds `queries` [Q, D] and a pool of `threads` workers (default: every core).
+
+        Args:
+          chunk: the widest column chunk a worker scores (at most M).
+          floor_spare: buffer slots beyond M per query when filtering at a floor.
+          speculates: filter at a floor guessed from a pilot sample (`scoring.score_shards`),
+            which cuts the selection work several times.
+        """
         self.queries = np.ascontiguousarray(queries, np.float32)
         self.m, self.chunk = m, min(chunk, m)
         self.floor_spare, self.speculates = floor_spare, speculates
@@ -184,7 +189,7 @@ class HostBackend:
                 self.limit = None
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        """A worker scores rows `x` [n, D] (ids [n]) into its own `HostTopM`."""
+        """Scores rows `x` [n, D] (ids [n]) into the calling worker's own `HostTopM`."""
         t = self.workers.get(threading.get_ident())
         if t is None:
             with self.lock:

@@ -311,7 +311,8 @@ class _Progress:
 
 
 def merge_processes(partials, count, spec, state, n_sample, n_shards):
-    """Process 0: waits for the other processes' final partials and merges them in order."""
+    """Returns process 0's merged (state, S): waits for the other processes' final partials in
+    `partials` and merges them in order into its own."""
     for p in range(1, count):
         path = os.path.join(partials, f"process_{p:03d}_of_{count:03d}.npz")
         want = {s for s in range(n_shards) if s % count == p}

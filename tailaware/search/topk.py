@@ -125,7 +125,8 @@ class PositiveCounter:
     """Counts candidate scores strictly above each positive of their query, exactly."""
 
     def __init__(self, pos_scores: np.ndarray):
-        """`pos_scores`: [Q, P] float32, NaN at padding (padding is never counted against)."""
+        """Sorts each query's positives `pos_scores` [Q, P] float32 (NaN at padding, which is
+        never counted against) into search keys."""
         pos = np.asarray(pos_scores, np.float32)
         self.num_queries, self.num_pos = pos.shape
         self.order = np.argsort(np.where(np.isnan(pos), np.inf, pos), axis=1, kind="stable")
