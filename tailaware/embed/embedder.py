@@ -122,7 +122,7 @@ class Embedder:
 
 
 def _bounded_map(fn: Callable, items: Iterable, workers: int, buffer: int) -> Iterator:
-    """`map(fn, items)` on a thread pool, in order, with at most `buffer` items in flight."""
+    """Yields `map(fn, items)`, computed on a thread pool, in order, at most `buffer` in flight."""
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         queue = collections.deque()
         for item in items:

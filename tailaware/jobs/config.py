@@ -18,8 +18,8 @@ from tailaware.tail.estimators import ESTIMATORS
 from tailaware.tail.settings import TailSettings
 
 # The largest cut-off k a job accepts: the law's table of E[1{a + K <= k} / (a + K)]
-# (`core.law.inverse_rank_table`) takes 4096 x k doubles and a k x k product to build, about
-# 0.6 s at k = 1,000, 7 s at 4,000 and a minute and 2.5 GB at 10,000.
+# (`core.law.inverse_rank_table`) takes 4096 x k doubles and a k x k product to build, in a time
+# and memory that rule out larger k (benchmarks/README.md, "Job runtimes").
 MAX_K = 10_000
 
 
@@ -52,7 +52,7 @@ def at_least(low: float) -> Callable[[object], bool]:
 
 
 def fraction(v) -> bool:
-    """A share in (0, 1]."""
+    """Returns whether `v` is a share in (0, 1]."""
     return isinstance(v, int | float) and not isinstance(v, bool) and 0.0 < v <= 1.0
 
 

@@ -103,7 +103,7 @@ def vit_spec(family: str, variant: str, pos_grid: int, proj_dim: int = 0, **over
 
 
 def _cubic(x, a):
-    """The cubic convolution kernel (Keys 1981) with parameter `a`, for |x| < 2."""
+    """Returns the cubic convolution kernel (Keys 1981) of parameter `a` at `x`, 0 for |x| >= 2."""
     x = jnp.abs(x)
     near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
     far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
@@ -141,7 +141,10 @@ def resize_weights(out_size, in_size: int, out_max: int, antialias: bool) -> jax
 
 
 def _layer_norm(eps: float, name: str, x, dtype):
-    """LayerNorm in float32 whatever the compute dtype (must be called inside a compact module)."""
+    """Returns LayerNorm `name` of `x`, computed in float32 whatever `dtype` and cast to it.
+
+    Must be called inside a compact module.
+    """
     y = nn.LayerNorm(epsilon=eps, dtype=jnp.float32, name=name)(x.astype(jnp.float32))
     return y.astype(dtype)
 

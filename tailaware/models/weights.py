@@ -112,7 +112,8 @@ def _fold(slot, count, grid):
 
 
 def _block(i, s, names, fused=None):
-    """Rules of encoder block i; `names` maps our sub-paths to source keys (minus .weight)."""
+    """Returns the rules of encoder block i; `names` maps our sub-paths to source keys (less
+    `.weight`)."""
     out = []
     p = f"block{i}"
     for ours, theirs in names.items():
@@ -149,7 +150,7 @@ def _dense(ours, theirs, transform=_t):
 
 
 def _hf_layers(s, prefix):
-    """transformers' CLIP / SigLIP encoder layer names."""
+    """Returns the rules of transformers' CLIP / SigLIP encoder layers under `prefix`."""
     names = {
         "norm1": prefix + "{i}.layer_norm1",
         "attn/query": prefix + "{i}.self_attn.q_proj",
@@ -164,7 +165,8 @@ def _hf_layers(s, prefix):
 
 
 def _map_head(fused_in_proj: bool, names: dict):
-    """SigLIP's attention-pooling head, from transformers (in_proj) or timm (q + kv) names."""
+    """Returns the rules of SigLIP's attention-pooling head, from transformers (in_proj) or timm
+    (q + kv) names."""
     rules = [Rule("head/probe", (names["probe"],), _id)]
     if fused_in_proj:
         w, b = names["in_proj"] + "_weight", names["in_proj"] + "_bias"
@@ -192,7 +194,8 @@ class Table(NamedTuple):
 
 
 def hf_dinov2(s: vit.ViTSpec) -> Table:
-    """transformers Dinov2Model / Dinov2WithRegistersModel (v4 and v5 attention names)."""
+    """Returns the table of transformers Dinov2Model / Dinov2WithRegistersModel (v4 and v5
+    attention names)."""
     pos = "embeddings.position_embeddings"
     rules = [
         Rule("embedding/kernel", ("embeddings.patch_embeddings.projection.weight",), _conv),
@@ -236,7 +239,8 @@ class _AltName(str):
 
 
 def hf_clip(s: vit.ViTSpec) -> Table:
-    """transformers CLIPVisionModelWithProjection / CLIPModel (image tower + projection)."""
+    """Returns the table of transformers CLIPVisionModelWithProjection / CLIPModel (image tower
+    and projection)."""
     v = "vision_model."
     pos = v + "embeddings.position_embedding.weight"
     rules = [
@@ -256,7 +260,8 @@ def hf_clip(s: vit.ViTSpec) -> Table:
 
 
 def hf_siglip(s: vit.ViTSpec) -> Table:
-    """transformers SiglipVisionModel / SiglipModel / Siglip2 fixed-resolution image towers."""
+    """Returns the table of transformers SiglipVisionModel / SiglipModel / Siglip2
+    fixed-resolution image towers."""
     rules = [
         Rule("embedding/kernel", ("embeddings.patch_embedding.weight",), _conv),
         Rule("embedding/bias", ("embeddings.patch_embedding.bias",), _id),
@@ -279,7 +284,7 @@ def hf_siglip(s: vit.ViTSpec) -> Table:
 
 
 def hf_siglip_text(s: vit.TextSpec) -> Table:
-    """transformers SiglipTextModel / the text tower of SiglipModel."""
+    """Returns the table of transformers SiglipTextModel / the text tower of SiglipModel."""
     rules = [
         Rule("embedding/embedding", ("embeddings.token_embedding.weight",), _id),
         Rule("pos_embedding", ("embeddings.position_embedding.weight",), _id),
@@ -291,7 +296,8 @@ def hf_siglip_text(s: vit.TextSpec) -> Table:
 
 
 def timm_vit(s: vit.ViTSpec) -> Table:
-    """timm VisionTransformer (`vit_*_dinov2`, `vit_*_clip_*`, `vit_*_siglip_*`, ...)."""
+    """Returns the table of timm VisionTransformer (`vit_*_dinov2`, `vit_*_clip_*`,
+    `vit_*_siglip_*`, ...)."""
     rules = [
         Rule("embedding/kernel", ("patch_embed.proj.weight",), _conv),
         # timm drops the patch bias exactly when it adds `norm_pre` (CLIP towers).
@@ -341,7 +347,8 @@ def timm_vit(s: vit.ViTSpec) -> Table:
 
 
 def open_clip_vit(s: vit.ViTSpec) -> Table:
-    """open_clip VisionTransformer (`visual.` of a CLIP model; OpenAI and LAION weights)."""
+    """Returns the table of open_clip VisionTransformer (`visual.` of a CLIP model; OpenAI and
+    LAION weights)."""
     pos = "positional_embedding"
     rules = [
         Rule("embedding/kernel", ("conv1.weight",), _conv),

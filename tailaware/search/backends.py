@@ -14,10 +14,10 @@ Backends (all give the same top-M scores and counts on the same float32 scores):
 A backend has `scores(x)` (the search's arithmetic, e.g. for the positives), `start(pos, state)`,
 `add(x, ids)` per block, `state()` (in canonical order, `topk.sorted_state`) and `subset(rows)`
 (a backend for some of the queries). The host backend scores a block while the caller reads
-the next (`drain` waits for it; `state` does too). The host and JAX backends `speculate`:
-`score_shards` guesses each query's final M-th score from a random pilot sample of the rows,
-the backend filters at that floor, and queries where the guess proves too high get a second
-pass.
+the next (`drain` waits for it; `state` does too). The host and JAX backends speculate
+(`speculates`): `score_shards` guesses each query's final M-th score from a random pilot sample
+of the rows, the backend filters at that floor, and queries where the guess proves too high get
+a second pass.
 
 Shapes: Q queries, D descriptor dims, B block rows, M kept scores, P positive slots.
 Distractor ids are `shard << 32 | row` (`global_ids`), so ties order by file position.
@@ -47,7 +47,7 @@ def global_ids(shard: int, rows: np.ndarray) -> np.ndarray:
 
 
 def split_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of `global_ids`: (shard numbers, rows)."""
+    """Returns (shard numbers, rows) of engine ids: the inverse of `global_ids`."""
     ids = np.asarray(ids, np.int64)
     return ids >> np.int64(ROW_BITS), ids & np.int64((1 << ROW_BITS) - 1)
 
@@ -60,7 +60,8 @@ class HostBackend:
     (single-threaded BLAS per worker, so the filtering of one chunk overlaps the matmul of
     another, and a worker slowed by other work takes fewer chunks), and the workers' states
     merge exactly. Each filters with the highest of all the workers' thresholds and the start
-    state's floor. (A chunk of ~4000 runs the per-worker matmul ~10% faster than 2048 here.)
+    state's floor. The chunk width is chosen for the per-worker matmul's speed
+    (benchmarks/README.md, "scoring.py").
 
     `add` returns once the block before this one is scored (a pipeline one block deep): the
     workers never wait for the caller to read the next block, nor for each other at the end of
@@ -76,15 +77,20 @@ class HostBackend:
         floor_spare: int = 1024,
         speculates: bool = True,
     ):
-        """Args: `floor_spare`, buffer slots beyond M per query when filtering at a floor;
-        `speculates`, filter at a floor guessed from a pilot sample (`scoring.score_shards`),
-        which cuts the selection work several times."""
+        """Holds `queries` [Q, D] and a pool of `threads` workers (default: every core).
+
+        Args:
+          chunk: the widest column chunk a worker scores (at most M).
+          floor_spare: buffer slots beyond M per query when filtering at a floor.
+          speculates: filter at a floor guessed from a pilot sample (`scoring.score_shards`),
+            which cuts the selection work several times.
+        """
         self.queries = np.ascontiguousarray(queries, np.float32)
         self.m, self.chunk = m, min(chunk, m)
         self.floor_spare, self.speculates = floor_spare, speculates
         self.threads = threads or os.cpu_count() or 1
         self.pool = futures.ThreadPoolExecutor(self.threads)
-        self.blas = threadpoolctl.ThreadpoolController()  # found once: a lookup costs ~2 ms
+        self.blas = threadpoolctl.ThreadpoolController()  # found once: each lookup is slow
         self.limit = None  # the BLAS thread limit, held while chunks are in flight
         self.pending: list[futures.Future] = []  # the chunks of the last block added
         self.workers: dict[int, int] = {}  # thread id -> its slot (`tops`, buffers)
@@ -183,7 +189,7 @@ class HostBackend:
                 self.limit = None
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        """A worker scores rows `x` [n, D] (ids [n]) into its own `HostTopM`."""
+        """Scores rows `x` [n, D] (ids [n]) into the calling worker's own `HostTopM`."""
         t = self.workers.get(threading.get_ident())
         if t is None:
             with self.lock:
@@ -352,7 +358,8 @@ def choose_backend(platform: str, num_faiss_gpus: int, m: int) -> str:
       would select on the GPU too, but it has no GPU range search, so the counts of queries
       whose positives fall below a block's top-k would go through the CPU.
     - JAX on CPU, faiss with a GPU and M <= FAISS_GPU_MAX_K: "faiss" (its search on the GPU).
-    - otherwise "host": on CPU it runs at ~2.7x faiss-cpu's search (`benchmarks/scoring.py`).
+    - otherwise "host": on CPU it is faster than faiss-cpu's search (benchmarks/README.md,
+      "scoring.py").
     """
     if platform != "cpu":
         return "jax"

@@ -16,11 +16,11 @@ The device half of the JAX scoring backend (`backends.JaxBackend`), the counterp
 
 A query with more than C candidates in a block is cut alone (the top-M of its buffer and the
 block's scores by `lax.top_k`); a block where more than `heavy_rows` queries have (the first
-blocks of a search without a floor) takes the dense path: the same for every query, the whole
-cost of the previous design. `lax.top_k` over M + B scores on every block is what held that
-design back: on CPU it runs single-threaded at several times the matmul's cost. Which path a
-block takes is decided on the device (`lax.switch`); on a GPU that reads one flag back per
-block, so blocks of ~100k rows keep the round trip small against the block's matmul.
+blocks of a search without a floor) takes the dense path: the same for every query. The dense
+path is kept for those blocks because `lax.top_k` over M + B scores is costly: on CPU it runs
+single-threaded at several times the matmul's cost. Which path a block takes is decided on the
+device (`lax.switch`); on a GPU that reads one flag back per block, so blocks of ~100k rows
+keep the round trip small against the block's matmul.
 
 Exactness: the kept scores are the same float32 values as the host's (same products and
 float32 sums; the tests use scores that are exact in any summation order), and ties are broken
@@ -178,8 +178,9 @@ def first_true(mask, c: int):
     """Returns [R, c] int32: the columns of each row's first c True entries, in order.
 
     Slots beyond a row's last True entry hold L (the row length). A binary search over the
-    prefix counts for each rank 1..c: a loop of fixed trip count, ~2x faster on CPU than
-    unrolled (XLA knows the trip count, so a GPU need not report back after each step).
+    prefix counts for each rank 1..c: a loop of fixed trip count, faster on CPU than unrolled
+    (benchmarks/README.md, "scoring.py"); XLA knows the trip count, so a GPU need not report
+    back after each step.
     """
     rank = prefix_count(mask)
     targets = jnp.arange(1, c + 1, dtype=jnp.int32)
@@ -213,8 +214,9 @@ def tally(s, levels, strict: int):
     """Returns [Q] int32 per level [Q]: the scores of each row of `s` [Q, B] above it.
 
     The first `strict` levels count scores strictly above, the others scores at or above. One
-    variadic reduction reads `s` once for all levels; on CPU it also runs ~50x faster than
-    as many separate sums (XLA vectorises the variadic form, not the separate ones).
+    variadic reduction reads `s` once for all levels; on CPU it is also far faster than as many
+    separate sums, because XLA vectorises the variadic form and not the separate ones
+    (benchmarks/README.md, "scoring.py").
     """
     ops = [
         (s > v[:, None] if i < strict else s >= v[:, None]).astype(jnp.int32)
@@ -230,7 +232,8 @@ def _top(vals, shard, row, m: int, w: int):
     pad = lambda a, v: jnp.pad(a, ((0, 0), (0, w - m)), constant_values=v)
     take = lambda a: jnp.take_along_axis(a, idx, axis=1)
     # Not top[:, m - 1]: XLA rewrites `lax.top_k` followed by a slice of its values into a full
-    # sort of each row (~5x slower on CPU). The minimum is the same value.
+    # sort of each row, slower on CPU (benchmarks/README.md, "scoring.py"). The minimum is the
+    # same value.
     return pad(top, -jnp.inf), pad(take(shard), -1), pad(take(row), -1), jnp.min(top, axis=1)
 
 

@@ -1,7 +1,7 @@
-"""Exact float16 -> float32 conversion, about 3x faster than numpy's cast on the host.
+"""Exact float16 -> float32 conversion, faster than numpy's cast on the host.
 
-numpy converts float16 one element at a time (about 3 ns each on a CPU without AVX-512), which
-costs the host scoring pass about a tenth of its matmul. Three vectorised integer and float
+numpy converts float16 one element at a time, which costs the host scoring pass a noticeable
+share of its matmul (benchmarks/README.md, "scoring.py"). Three vectorised integer and float
 passes give the same values: the float16 sign, exponent and mantissa bits shifted into a
 float32 (a value 2^-112 times too small, exact also for float16 subnormals, which land on
 float32 subnormals) and one exact multiplication by 2^112. Infinities and NaN come out as

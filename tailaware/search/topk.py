@@ -13,8 +13,8 @@ S scores. The final M-th best can instead be guessed from a small random pilot s
 (`guess_floor`): filtering at a cautious guess (the state's `floor`) admits little more than M,
 and the guess is checked at the end (`exact_rows`); the caller redoes the rows where it failed.
 
-Shapes: Q queries, M kept scores per query, W buffer slots (2M), P positive slots (NaN-padded),
-B scores per block, C candidates (a flat list of (row, score, id)).
+Shapes: Q queries, M kept scores per query, W buffer slots (2M by default), P positive slots
+(NaN-padded), B scores per block, C candidates (a flat list of (row, score, id)).
 
 Tie rule (as in `tailaware.io.scores`): a score counts above a positive only when strictly
 greater. Kept scores are ordered by (score descending, id ascending), so ids are deterministic.
@@ -125,7 +125,8 @@ class PositiveCounter:
     """Counts candidate scores strictly above each positive of their query, exactly."""
 
     def __init__(self, pos_scores: np.ndarray):
-        """`pos_scores`: [Q, P] float32, NaN at padding (padding is never counted against)."""
+        """Sorts each query's positives `pos_scores` [Q, P] float32 (NaN at padding, which is
+        never counted against) into search keys."""
         pos = np.asarray(pos_scores, np.float32)
         self.num_queries, self.num_pos = pos.shape
         self.order = np.argsort(np.where(np.isnan(pos), np.inf, pos), axis=1, kind="stable")
@@ -167,8 +168,8 @@ class HostTopM:
     """
 
     # A row is counted by comparing every score with each of its P positive slots (`count_all`)
-    # once more than P / DENSE_COUNT_SHARE of its scores beat its lowest positive: a candidate
-    # costs ~70 ns to count, a comparison ~1.3 ns.
+    # once more than P / DENSE_COUNT_SHARE of its scores beat its lowest positive: counting one
+    # candidate costs as much as dozens of comparisons (benchmarks/README.md, "scoring.py").
     DENSE_COUNT_SHARE = 64
 
     def __init__(
@@ -382,11 +383,10 @@ def _top_rows(vals: np.ndarray, id_of, m: int) -> tuple[np.ndarray, np.ndarray]:
 def _sorted_rows(vals: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorts each row by (score desc, id asc); padding (-inf, id -1) goes last."""
     r, w = vals.shape
-    # Sorting int64 keys (the score's bits in descending order, then the column) takes half
-    # the time of np.argsort, which sorts indirectly. Ties come out by column (fixed below);
-    # NaN, never the score of finite descriptors, would come first. (`ordered_keys` maps floats
-    # to ordered integers too, with -0.0 and NaN handled, but in uint64 through two np.where
-    # passes: twice the time of this whole sort at [1200, 4000].)
+    # Sorting int64 keys (the score's bits in descending order, then the column) is faster than
+    # np.argsort, which sorts indirectly, and than building `ordered_keys`' uint64 keys, which
+    # also handle -0.0 and NaN (benchmarks/README.md, "scoring.py"). Ties come out by column
+    # (fixed below); NaN, never the score of finite descriptors, would come first.
     vals = np.asarray(vals, np.float32)
     bits = vals.view(np.int32)
     ascending = bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))  # the floats' order as int32

@@ -53,11 +53,10 @@ from tailaware.io.scores import SampledScores, make_scores
 FAMILIES = ("kumaraswamy", "truncnorm", "gpd", "beta", "normal", "mixture")
 BOUNDED = ("kumaraswamy", "truncnorm", "gpd", "beta")  # families with an endpoint
 MIXTURE_SHARE = 1e-3  # the near-duplicate cluster's share of the `mixture` family
-# Hardness regimes (`make_benchmark` keyword overrides). "paper" is calibrated to what the paper
-# measured on real 100M galleries at a 5% sample: the count estimator over-predicts mAP@1000 by
-# ~+0.045 (paper: +0.037..+0.068) and evaluate-at-S by ~+0.14 (paper: +0.08..+0.13). "stress"
-# puts half of all positives between 1e-8 and 1e-6, where only the tail model can price them
-# (count +0.15, evaluate-at-S +0.25 at 5%): harsher than any gallery the paper reports.
+# Hardness regimes (`make_benchmark` keyword overrides). "paper" is calibrated to the baselines'
+# errors the paper measured on real 100M galleries at a 5% sample; "stress" puts half of all
+# positives between 1e-8 and 1e-6, where only the tail model can price them, harsher than any
+# gallery the paper reports. Their figures: docs/validation.md, "Validation against known truth".
 REGIMES = {
     "paper": {"x_range": (2e-7, 0.1), "immune_share": 0.3},
     "stress": {},
