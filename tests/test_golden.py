@@ -22,6 +22,14 @@ GOLDEN = os.path.join(ROOT, "tests", "golden")
 # Keys whose values depend on the run, not on the numbers (wall time, paths, provenance).
 VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata"}
 RTOL, ATOL = 1e-5, 1e-6
+# The plug-in `evt` (the paper's MLE) fits flat likelihood profiles where float32 rounding can
+# tip the optimum, and XLA's CPU code changes that rounding across processor generations
+# (AVX-512 against AVX2): the same code moves one query's AP by up to 2.2e-3 relative there,
+# the comparison's threshold term by 1.2e-3. Its outputs (whole files, or `.evt` keys of the
+# demo) are held to this tolerance; everything else to RTOL.
+PLUG_IN_RTOL, PLUG_IN_ATOL = 5e-3, 1e-5
+PLUG_IN_FILES = ("prediction_evt.json", "comparison.json")
+PUNCT = "[](),;:"  # around a printed number
 
 FAST_PROTOCOL = (
     "--config.protocol.query_replicates=200",
@@ -115,8 +123,11 @@ def produce(workdir) -> dict:
     return out
 
 
-def _close(got, want, where=""):
-    """Returns the first place where two JSON values differ beyond float rounding, or ""."""
+def _close(got, want, where="", plug_in=False):
+    """Returns the first place where two JSON values differ beyond float rounding, or "".
+
+    With `plug_in` (a whole file), or below a key named `evt`, floats are held to the plug-in
+    tolerance (`PLUG_IN_RTOL`)."""
     if isinstance(want, dict):
         if not isinstance(got, dict) or set(got) != set(want):
             return f"{where}: keys {sorted(got) if isinstance(got, dict) else got!r} vs " + str(
@@ -125,7 +136,7 @@ def _close(got, want, where=""):
         for key in want:
             if key in VOLATILE:
                 continue
-            bad = _close(got[key], want[key], f"{where}.{key}")
+            bad = _close(got[key], want[key], f"{where}.{key}", plug_in or key == "evt")
             if bad:
                 return bad
         return ""
@@ -133,14 +144,17 @@ def _close(got, want, where=""):
         if not isinstance(got, list) or len(got) != len(want):
             return f"{where}: list of {len(want)} expected"
         for i, (g, v) in enumerate(zip(got, want, strict=True)):
-            bad = _close(g, v, f"{where}[{i}]")
+            bad = _close(g, v, f"{where}[{i}]", plug_in)
             if bad:
                 return bad
         return ""
     if isinstance(want, float) or isinstance(got, float):
-        if want is None or got is None or not math.isclose(got, want, rel_tol=RTOL, abs_tol=ATOL):
+        rtol, atol = (PLUG_IN_RTOL, PLUG_IN_ATOL) if plug_in else (RTOL, ATOL)
+        if want is None or got is None or not math.isclose(got, want, rel_tol=rtol, abs_tol=atol):
             return f"{where}: {got!r} vs golden {want!r}"
         return ""
+    if plug_in and isinstance(want, str) and isinstance(got, str) and not _text_close(got, want):
+        return ""  # a summary line: its printed numbers to their digits
     return "" if got == want else f"{where}: {got!r} vs golden {want!r}"
 
 
@@ -153,7 +167,7 @@ def _text_close(got: str, want: str) -> str:
         if a == b:
             continue
         try:
-            if math.isclose(float(a), float(b), abs_tol=1.5e-4):
+            if math.isclose(float(a.strip(PUNCT)), float(b.strip(PUNCT)), abs_tol=1.5e-4):
                 continue
         except ValueError:
             pass
@@ -168,7 +182,7 @@ def compare(outputs: dict) -> list[str]:
         with open(os.path.join(GOLDEN, name)) as f:
             want = f.read()
         if name.endswith(".json"):
-            bad = _close(json.loads(text), json.loads(want))
+            bad = _close(json.loads(text), json.loads(want), plug_in=name in PLUG_IN_FILES)
         else:
             bad = _text_close(text, want)
         if bad:
