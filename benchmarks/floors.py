@@ -172,7 +172,7 @@ def main():
     cells = {}
     for i, ((regime, family), n_pool) in enumerate(
         (rf, n) for rf in split.simulated for n in split.sizes
-    ):  # the benchmarks and seeds of `validation.split_study` (seed 0)
+    ):  # the benchmarks and seeds of `validation.study` (seed 0)
         bench = simulate.make_benchmark(
             args.queries, n_pool, family, seed=1000 * i, **simulate.REGIMES[regime]
         )

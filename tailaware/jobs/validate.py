@@ -50,10 +50,7 @@ def run(config, workdir: str) -> None:
     def on_cell(results):
         atomic.write_json(partial_path, {"key": key, "results": results})
 
-    if v.split:
-        results = validation.split_study(settings, v, v.split, v.manifest, seed, done, on_cell)
-    else:
-        results = validation.study(settings, v, seed, done, on_cell)
+    results = validation.study(settings, v, seed, done, on_cell)
     table = validation.format_table(results, settings.estimator)
     print(table)
     print(f"validate: {results['seconds']:.0f} s")

@@ -173,22 +173,6 @@ def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction
 
 def _prediction_from_json(d: dict) -> Prediction:
     unc = d.get("uncertainty")
-    interval = None
-    if unc is not None:
-        maps = lambda name: None if unc.get(name) is None else tuple(unc[name])
-        interval = Interval(
-            method=unc.get("ci_method", "query"),
-            sd_query=float(unc.get("sd_query", 0.0)),
-            sd_distractor=unc.get("sd_distractor"),
-            sd_combined=unc.get("sd_combined"),
-            threshold_deviation=float(unc.get("threshold_deviation", 0.0)),
-            prior_deviation=float(unc.get("prior_deviation", 0.0)),
-            sd_model=float(unc.get("sd_model", 0.0)),
-            ci90=_bounds(d, "ci90"),
-            ci95=_bounds(d, "ci95"),
-            threshold_maps=maps("threshold_maps"),
-            prior_maps=maps("prior_maps"),
-        )
     ids = d.get("query_ids")
     return Prediction(
         map=float(d["map"]),
@@ -199,16 +183,36 @@ def _prediction_from_json(d: dict) -> Prediction:
         per_query_ap=np.asarray(d["per_query_ap"], np.float64),
         baselines=dict(d.get("baselines", {})),
         query_ids=None if ids is None else np.asarray(ids),
-        interval=interval,
+        interval=None if unc is None else interval_from_json(unc, d),
     )
 
 
-def _bounds(d: dict, tag: str) -> Bounds:
-    """The reported interval at `tag`; its parts are not read back (a comparison needs none)."""
-    unc = d["uncertainty"]
+def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
+    """Returns the `Interval` of an `interval_json` object; the reported bounds come from
+    `reported` (prediction.json keeps them at its top level) or from `unc` itself."""
+    maps = lambda name: None if unc.get(name) is None else tuple(unc[name])
+    top = unc if reported is None else reported
+    return Interval(
+        method=unc.get("ci_method", "query"),
+        sd_query=float(unc.get("sd_query", 0.0)),
+        sd_distractor=unc.get("sd_distractor"),
+        sd_combined=unc.get("sd_combined"),
+        threshold_deviation=float(unc.get("threshold_deviation", 0.0)),
+        prior_deviation=float(unc.get("prior_deviation", 0.0)),
+        sd_model=float(unc.get("sd_model", 0.0)),
+        ci90=_bounds(unc, top, "ci90"),
+        ci95=_bounds(unc, top, "ci95"),
+        threshold_maps=maps("threshold_maps"),
+        prior_maps=maps("prior_maps"),
+    )
+
+
+def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
+    """The interval at `tag`: the reported one from `top`, its parts from `unc` (NaN where a
+    prediction.json lacks them)."""
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
     return Bounds(
-        tuple(d.get(tag, (np.nan, np.nan))),
+        tuple(top.get(tag, (np.nan, np.nan))),
         pair(f"{tag}_sampling"),
         pair(f"{tag}_query"),
         tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None,

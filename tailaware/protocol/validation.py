@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 
 from tailaware.core import law, metrics
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, Interval
 from tailaware.io.scores import load_scores
 from tailaware.protocol import (
     baselines,
@@ -199,10 +199,69 @@ def realized_map(truth_counts, fixed, n: int, k: int) -> float:
     return float(value)
 
 
+class TailCounts(NamedTuple):
+    """The tail against the tail-priced positives' own counts (`diagnostics.tail_counts`)."""
+
+    observed: float
+    expected: float
+    sd: float
+    warned: bool
+
+
+class Draw(NamedTuple):
+    """One sample's validation record.
+
+    Attributes:
+      truth: the realized mAP@k of the full gallery.
+      n_sample: S.
+      estimates: estimator name -> predicted mAP@k.
+      baselines: `BASELINES` and `REALIZED` -> mAP@k (NaN where a curve fit was impossible).
+      interval: the configured estimator's interval at N.
+      tail_counts: its tail against the positives' counts.
+      calibration: estimator name -> `calibration` of its tail-priced positives.
+    """
+
+    truth: float
+    n_sample: int
+    estimates: dict
+    baselines: dict
+    interval: Interval
+    tail_counts: TailCounts
+    calibration: dict
+
+    def predictions(self) -> dict:
+        """Returns every row's prediction: the estimators', then the baselines'."""
+        return {**self.estimates, **self.baselines}
+
+    def to_json(self) -> dict:
+        return {
+            "truth": self.truth,
+            "n_sample": self.n_sample,
+            "interval": schema.interval_json(self.interval),
+            "tail_counts": self.tail_counts._asdict(),
+            "predictions": self.predictions(),
+            "calibration": self.calibration,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, names) -> "Draw":
+        preds = d["predictions"]
+        return cls(
+            truth=d["truth"],
+            n_sample=d["n_sample"],
+            estimates={n: preds[n] for n in names},
+            baselines={n: v for n, v in preds.items() if n not in names},
+            interval=schema.interval_from_json(d["interval"]),
+            tail_counts=TailCounts(**d["tail_counts"]),
+            calibration=d["calibration"],
+        )
+
+
 def one_draw(
     scores, truth_counts, n, x_true, seed, settings: PredictSettings, v, names, reps=None
-) -> dict:
-    """Returns every prediction, the truth, the interval and calibration for one sample.
+) -> tuple[Draw, nested.Nested]:
+    """Returns the validation record of one sample and the nested-bootstrap replicates its
+    interval used.
 
     Args:
       scores: the sample (`SampledScores`).
@@ -213,116 +272,180 @@ def one_draw(
       seed: seed of the resamplings.
       settings, v: the prediction and validation settings; names: the estimators.
       reps: the replicates of a nested bootstrap to reuse (from another draw of the same cell:
-        its spread is a property of the benchmark and S, not of the draw); when None it is run
-        on this draw and returned under "nested".
+        its spread is a property of the benchmark and S, not of the draw); run here when None.
     """
     k = settings.k
-    truth = metrics.map_from_counts(truth_counts, k, scores.fixed_counts)
-    out = {"truth": truth, "n_sample": scores.n_sample}
-    preds, calib = {}, {}
+    estimates, calib = {}, {}
     for name in names:
         if name == settings.estimator:  # with its threshold reruns, for the interval
             h = point = prediction.estimate(scores, settings)
         else:
             h = estimators.get(name)(scores, settings.tail)
         aps, priors = prediction.prior_maps(h, [n], k, scores.fixed_counts, scores)  # [1, Q]
-        preds[name] = float(aps.mean())
+        estimates[name] = float(aps.mean())
         if h.tail_priced.any():
             calib[name] = calibration(h, x_true)
         if name == settings.estimator:
             point_aps, point_priors = aps, priors
-    preds["evaluate-at-S"] = baselines.at_sample_map(scores, k)
+    base = {"evaluate-at-S": baselines.at_sample_map(scores, k)}
     try:
         subs = budget.nested_subsamples(scores, 3, seed)
-        preds.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
+        base.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
     except ValueError:  # too small to halve 3 times (some query keeps no stored score)
-        preds.update({m: float("nan") for m in baselines.MODELS})
-    preds[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
+        base.update({m: float("nan") for m in baselines.MODELS})
+    base[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
 
     if reps is None:
         reps = nested.nested_bootstrap(
-            scores, settings.estimator, settings.tail, k, [float(n)], v.nested_replicates, seed
+            scores,
+            settings.estimator,
+            settings.tail,
+            k,
+            [float(n)],
+            v.nested_replicates,
+            seed=seed,
         )
-        out["nested"] = reps
     maps = prediction.threshold_maps(scores, settings, [float(n)], point)
     unc = intervals.size_intervals(
         point_aps, settings.intervals, v.query_replicates, seed, maps, reps, priors=point_priors
     )[0]
-    out["interval"] = schema.interval_json(unc)
     counts = np.where(scores.mask, scores.pos_counts, 0)
     seen, expected, sd = diagnostics.tail_counts(
         point, counts, scores.n_sample, settings.tail.min_count
     )
     warned = bool(diagnostics.tail_counts_warning(seen, expected, sd))
-    out["tail_counts"] = {"observed": seen, "expected": expected, "sd": sd, "warned": warned}
-    out["predictions"] = preds
-    out["calibration"] = calib
-    return out
+    draw = Draw(
+        truth=metrics.map_from_counts(truth_counts, k, scores.fixed_counts),
+        n_sample=scores.n_sample,
+        estimates=estimates,
+        baselines=base,
+        interval=unc,
+        tail_counts=TailCounts(seen, expected, sd, warned),
+        calibration=calib,
+    )
+    return draw, reps
 
 
-def summarize(draws: list[dict], names: list[str], oracle: dict) -> dict:
+class Row(NamedTuple):
+    """One row of a cell's table: the error of a prediction over the draws, and for tail
+    estimators the median calibration of their tail-priced positives (None otherwise)."""
+
+    bias: float
+    mae: float
+    median_ratio: float | None = None
+    log_corr: float | None = None
+    share_zero: float | None = None
+
+
+class CellSummary(NamedTuple):
+    """A (cell, fraction)'s summary over its draws.
+
+    Attributes:
+      rows: row name (estimators, `BASELINES`, `REALIZED`, oracles) -> `Row`.
+      coverage: `COVERAGE_TAGS` -> the share of draws whose interval held the truth.
+      width: the median half-width of the reported 90% interval.
+      warned: the share of draws that warned TAIL VS COUNTS.
+      truth_mean, truth_sd: the realized truth over the draws.
+    """
+
+    rows: dict
+    coverage: dict
+    width: float
+    warned: float
+    truth_mean: float
+    truth_sd: float
+
+    def to_json(self) -> dict:
+        """Returns the JSON rows: one per row name, then the "_"-prefixed summaries."""
+        rows = {
+            name: {k: v for k, v in r._asdict().items() if v is not None}
+            for name, r in self.rows.items()
+        }
+        return {
+            **rows,
+            "_coverage": self.coverage,
+            "_warned": {"tail_counts": self.warned},
+            "_width": {"ci90": self.width},
+            "_truth": {"mean": self.truth_mean, "sd": self.truth_sd},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CellSummary":
+        return cls(
+            rows={n: Row(**r) for n, r in d.items() if not n.startswith("_")},
+            coverage=d["_coverage"],
+            width=d["_width"]["ci90"],
+            warned=d["_warned"]["tail_counts"],
+            truth_mean=d["_truth"]["mean"],
+            truth_sd=d["_truth"]["sd"],
+        )
+
+
+def summarize(draws: list[Draw], oracle: dict) -> CellSummary:
     """Returns bias, MAE, coverage and calibration per row over the draws of one cell."""
-    truth = np.array([d["truth"] for d in draws])
+    truth = np.array([d.truth for d in draws])
     rows = {}
-    for name in [*names, *BASELINES, REALIZED]:
-        err = np.array([d["predictions"][name] for d in draws]) - truth
-        rows[name] = {"bias": float(err.mean()), "mae": float(np.abs(err).mean())}
-        cal = [d["calibration"][name] for d in draws if d["calibration"].get(name, {}).get("n")]
+    for name in draws[0].predictions():
+        err = np.array([d.predictions()[name] for d in draws]) - truth
+        cal = [d.calibration[name] for d in draws if d.calibration.get(name, {}).get("n")]
+        med = {}
         if cal:
-            for key in ("median_ratio", "log_corr", "share_zero"):
-                rows[name][key] = float(np.nanmedian([c[key] for c in cal]))
+            med = {k: float(np.nanmedian([c[k] for c in cal])) for k in Row._fields[2:]}
+        rows[name] = Row(float(err.mean()), float(np.abs(err).mean()), **med)
     for name, value in oracle.items():
         err = value - truth
-        rows[name] = {"bias": float(err.mean()), "mae": float(np.abs(err).mean())}
-    est = draws[0]["interval"]
+        rows[name] = Row(float(err.mean()), float(np.abs(err).mean()))
+    coverage = {}
     for tag in COVERAGE_TAGS:
-        if tag in est:
-            cover = [d["interval"][tag][0] <= d["truth"] <= d["interval"][tag][1] for d in draws]
-            rows.setdefault("_coverage", {})[tag] = float(np.mean(cover))
-    checked = [d["tail_counts"]["warned"] for d in draws if "tail_counts" in d]
-    if checked:  # (results written before the check lack it)
-        rows["_warned"] = {"tail_counts": float(np.mean(checked))}
-    half = [(d["interval"]["ci90"][1] - d["interval"]["ci90"][0]) / 2.0 for d in draws]
-    rows["_width"] = {"ci90": float(np.median(half))}
-    rows["_truth"] = {"mean": float(truth.mean()), "sd": float(truth.std())}
-    return rows
+        level, _, part = tag.partition("_")
+        bounds = [getattr(getattr(d.interval, level), part or "reported") for d in draws]
+        if all(b is not None for b in bounds):
+            cover = [lo <= d.truth <= hi for (lo, hi), d in zip(bounds, draws, strict=True)]
+            coverage[tag] = float(np.mean(cover))
+    half = [(d.interval.ci90.reported[1] - d.interval.ci90.reported[0]) / 2.0 for d in draws]
+    return CellSummary(
+        rows=rows,
+        coverage=coverage,
+        width=float(np.median(half)),
+        warned=float(np.mean([d.tail_counts.warned for d in draws])),
+        truth_mean=float(truth.mean()),
+        truth_sd=float(truth.std()),
+    )
 
 
 def format_table(results: dict, estimator: str) -> str:
-    """Returns the validation table (one block per family) as text."""
+    """Returns the validation table (one block per cell) of a study's JSON results as text."""
     lines = []
     for cell, cells in results["cells"].items():
         fr = list(cells)
-        meta = results.get("meta", {}).get(cell) or results
+        sums = {f: CellSummary.from_json(cells[f]) for f in fr}
+        meta = results["meta"][cell]
         lines.append(
             f"{cell}: {meta['num_queries']} queries, N = {meta['n_pool']:,}, "
             f"{meta['draws']} draws per fraction; truth mAP@{results['k']} "
-            + ", ".join(f"{cells[f]['_truth']['mean']:.4f}" for f in fr)
+            + ", ".join(f"{sums[f].truth_mean:.4f}" for f in fr)
         )
         head = f"  {'estimator':<26}" + "".join(f"{'f=' + f:>24}" for f in fr)
         lines += [head, f"  {'':<26}" + "".join(f"{'bias    MAE   med  corr':>24}" for _ in fr)]
-        names = [n for n in cells[fr[0]] if not n.startswith("_")]
-        for name in names:
+        for name in sums[fr[0]].rows:
             row = f"  {name + (' *' if name == estimator else ''):<26}"
             for f in fr:
-                c = cells[f][name]
+                c = sums[f].rows[name]
                 cal = (
-                    f"{c['median_ratio']:5.2f} {c['log_corr']:5.2f}"
-                    if "median_ratio" in c
+                    f"{c.median_ratio:5.2f} {c.log_corr:5.2f}"
+                    if c.median_ratio is not None
                     else f"{'-':>5} {'-':>5}"
                 )
-                row += f"  {c['bias']:+.4f} {c['mae']:.4f} {cal}"
+                row += f"  {c.bias:+.4f} {c.mae:.4f} {cal}"
             lines.append(row)
         for tag in COVERAGE_TAGS:
-            if tag in cells[fr[0]].get("_coverage", {}):
-                cov = "".join(f"{cells[f]['_coverage'][tag]:>24.2f}" for f in fr)
+            if tag in sums[fr[0]].coverage:
+                cov = "".join(f"{sums[f].coverage[tag]:>24.2f}" for f in fr)
                 lines.append(f"  {'coverage ' + tag + ' (*)':<26}{cov}")
-        if "_width" in cells[fr[0]]:
-            half = "".join(f"{cells[f]['_width']['ci90']:>24.4f}" for f in fr)
-            lines.append(f"  {'half-width ci90 (*)':<26}{half}")
-        if all("_warned" in cells[f] for f in fr):
-            warned = "".join(f"{cells[f]['_warned']['tail_counts']:>24.2f}" for f in fr)
-            lines.append(f"  {'TAIL VS COUNTS warned (*)':<26}{warned}")
+        half = "".join(f"{sums[f].width:>24.4f}" for f in fr)
+        lines.append(f"  {'half-width ci90 (*)':<26}{half}")
+        warned = "".join(f"{sums[f].warned:>24.2f}" for f in fr)
+        lines.append(f"  {'TAIL VS COUNTS warned (*)':<26}{warned}")
         lines.append("")
     lines.append(
         "bias / MAE: prediction minus realized truth; med / corr: median estimated-over-true "
@@ -332,15 +455,15 @@ def format_table(results: dict, estimator: str) -> str:
     return "\n".join(lines)
 
 
-def evaluate_cell(samples, settings: PredictSettings, v, names, oracle=None) -> tuple:
-    """Returns (`summarize`'s rows, the draws) of one cell: `samples` yields (scores, truth
+def evaluate_cell(samples, settings: PredictSettings, v, names, oracle=None):
+    """Returns (the `CellSummary`, the `Draw`s) of one cell: `samples` yields (scores, truth
     counts, N, true hardness, seed) per draw; the nested bootstrap runs on the first draw and
     serves every draw's interval (its spread depends on the benchmark and S, not the draw)."""
     draws, reps = [], None
     for scores, truth_counts, n, x_true, seed in samples:
-        draws.append(one_draw(scores, truth_counts, n, x_true, seed, settings, v, names, reps))
-        reps = draws[0].pop("nested", reps)
-    return summarize(draws, names, oracle or {}), draws
+        draw, reps = one_draw(scores, truth_counts, n, x_true, seed, settings, v, names, reps)
+        draws.append(draw)
+    return summarize(draws, oracle or {}), draws
 
 
 def _simulated(bench, fraction: float, seed: int, settings: PredictSettings) -> tuple:
@@ -349,86 +472,11 @@ def _simulated(bench, fraction: float, seed: int, settings: PredictSettings) -> 
     return d.scores, d.truth_counts, bench.n_pool, bench.x
 
 
-def _done(done: dict | None, cell: str, fraction) -> tuple | None:
-    """Returns (rows, draws) of a (cell, fraction) that `done` (earlier results) holds, or None."""
-    rows = ((done or {}).get("cells") or {}).get(cell, {}).get(str(fraction))
-    return None if rows is None else (rows, done["raw"][cell][str(fraction)])
-
-
 def _simulated_draws(bench, fraction: float, seeds, settings: PredictSettings):
     """Yields the samples of one simulated cell: (scores, truth counts, N, true hardness, seed)
     per seed, one at a time (`evaluate_cell` reads each once; a cell's draws need not all be in
     memory)."""
     return (_simulated(bench, float(fraction), s, settings) + (s,) for s in seeds)
-
-
-def study(
-    settings: PredictSettings,
-    v: ValidationSettings,
-    seed: int = 0,
-    done: dict | None = None,
-    on_cell: Callable[[dict], None] | None = None,
-) -> dict:
-    """Returns the validation's results: per cell (regime/family) and fraction the `summarize`
-    rows, the raw draws and a calibration scatter; the table is `format_table(results)`. Every
-    benchmark and draw is a function of `seed`, so a run resumed from `done` (the results of
-    an interrupted run with the same settings, as `on_cell` received them) reuses its finished
-    (cell, fraction)s and ends with the same results. `on_cell(results)` is called after each
-    one (the validate job writes them, atomically, to resume from)."""
-    t0 = time.time()
-    k = settings.k
-    names = list(v.estimators) or list(estimators.ESTIMATORS)
-    if settings.estimator not in names:
-        names.append(settings.estimator)
-    results = {
-        "k": k,
-        "n_pool": int(v.n_pool),
-        "num_queries": int(v.num_queries),
-        "draws": int(v.draws),
-        "fractions": [float(f) for f in v.fractions],
-        "estimator": settings.estimator,
-        "cells": {},
-        "raw": {},
-        "scatter": {},
-    }
-    benches = [(r, f) for r in v.regimes for f in v.families]
-    for i, (regime, family) in enumerate(benches):
-        if regime not in simulate.REGIMES:
-            raise ValueError(f"unknown regime {regime!r}; choose from {list(simulate.REGIMES)}")
-        bench = simulate.make_benchmark(
-            int(v.num_queries),
-            int(v.n_pool),
-            family,
-            seed=int(seed) + 1000 * i,
-            **simulate.REGIMES[regime],
-        )
-        oracle = oracles(bench, k)
-        cell = f"{regime}/{family}"
-        results["cells"][cell], results["raw"][cell] = {}, {}
-        for j, f in enumerate(v.fractions):
-            finished = _done(done, cell, f)
-            if finished is None:
-                seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-                samples = _simulated_draws(bench, f, seeds, settings)
-                finished = evaluate_cell(samples, settings, v, names, oracle)
-                logging.info("%s f=%s done at %.0f s", cell, f, time.time() - t0)
-            results["cells"][cell][str(f)], results["raw"][cell][str(f)] = finished
-            if on_cell:
-                on_cell(results)
-        # One calibration scatter per benchmark, at the largest fraction.
-        scatter = ((done or {}).get("scatter") or {}).get(cell)
-        if scatter is None:
-            top_m = int(settings.tail.top_m)
-            d = simulate.draw(bench, float(v.fractions[-1]), top_m, int(seed))
-            h = estimators.get(settings.estimator)(d.scores, settings.tail)
-            sel = h.tail_priced & (bench.x > 0)
-            scatter = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
-        results["scatter"][cell] = scatter
-        if on_cell:
-            on_cell(results)
-
-    results["seconds"] = time.time() - t0
-    return results
 
 
 def _text_samples(entry: dict, fraction: float, draws: int) -> list:
@@ -444,83 +492,136 @@ def _text_samples(entry: dict, fraction: float, draws: int) -> list:
     return out
 
 
-def split_study(
+class Cell(NamedTuple):
+    """One benchmark of a study: its name, its (Q, N, draws) `meta`, the law's oracles from its
+    true hardness ({} for a real gallery), and `samples(fraction)`, an iterable of its draws at
+    a fraction (`evaluate_cell`)."""
+
+    name: str
+    meta: dict
+    oracle: dict
+    samples: Callable
+    bench: simulate.Benchmark | None = None
+
+
+def _simulated_cell(name, bench, v, settings, seed) -> Cell:
+    def samples(j, f):
+        seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
+        return _simulated_draws(bench, f, seeds, settings)
+
+    meta = {"num_queries": int(v.num_queries), "n_pool": int(bench.n_pool), "draws": int(v.draws)}
+    return Cell(name, meta, oracles(bench, settings.k), samples, bench)
+
+
+def _cells(settings: PredictSettings, v: ValidationSettings, seed: int) -> tuple:
+    """Returns (the fractions, the `Cell`s) of the study `v` describes: the grid of its regimes
+    and families at `n_pool`, or its frozen split (`SPLITS`) with the real-text benchmarks of
+    its manifest. Benchmarks are built one at a time, as the study reaches them."""
+    if not v.split:
+        grid = [(r, f, int(v.n_pool)) for r in v.regimes for f in v.families]
+        name = lambda r, f, n: f"{r}/{f}"
+        fractions, text = v.fractions, ()
+    else:
+        sp = SPLITS[v.split]
+        grid = [(r, f, n) for r, f in sp.simulated for n in sp.sizes]
+        name = lambda r, f, n: f"{r}/{f} N={n:.0e}"
+        fractions, text = sp.fractions, sp.text if v.manifest else ()
+
+    def cells():
+        for i, (regime, family, n_pool) in enumerate(grid):
+            bench = simulate.make_benchmark(
+                int(v.num_queries),
+                n_pool,
+                family,
+                seed=int(seed) + 1000 * i,
+                **simulate.REGIMES[regime],
+            )
+            yield _simulated_cell(name(regime, family, n_pool), bench, v, settings, seed)
+        if text:
+            with open(v.manifest) as fh:
+                entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
+        for bench_name in text:
+            if bench_name not in entries:
+                raise ValueError(
+                    f"{v.manifest}: no benchmark {bench_name!r} (rebuild the text galleries)"
+                )
+            entry = entries[bench_name]
+            meta = {
+                "num_queries": int(entry["num_queries"]),
+                "n_pool": int(entry["num_distractors"]),
+                "draws": min(int(v.draws), *(len(entry["sampled"][str(f)]) for f in fractions)),
+            }
+            samples = lambda j, f, e=entry: _text_samples(e, f, int(v.draws))
+            yield Cell(f"text/{bench_name}", meta, {}, samples)
+
+    return fractions, cells()
+
+
+def study(
     settings: PredictSettings,
     v: ValidationSettings,
-    split: str,
-    manifest: str = "",
     seed: int = 0,
     done: dict | None = None,
     on_cell: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Returns the validation of one frozen split (`SPLITS`): its simulated families at each of
-    its gallery sizes, and its real-text benchmarks when `manifest` (the JSON that
-    `benchmarks/text_galleries.py` writes) names their folders, at every fraction of the split.
+    """Returns the validation's results (JSON): per cell and fraction the `CellSummary` rows,
+    the raw draws, each cell's meta and, on the simulator grid, a calibration scatter; the
+    table is `format_table(results)`.
 
-    Results as `study`'s, with each cell's own Q, N and draws in `results["meta"]`; `done` and
-    `on_cell` resume an interrupted run as in `study`.
+    The cells are `v`'s grid of regimes and families at `n_pool`, or its frozen split
+    (`v.split`, `SPLITS`): the split's simulated families at each of its gallery sizes and its
+    real-text benchmarks when `v.manifest` (the JSON that `benchmarks/text_galleries.py`
+    writes) names their folders. Every benchmark and draw is a function of `seed`, so a run
+    resumed from `done` (the results of an interrupted run with the same settings, as `on_cell`
+    received them) reuses its finished (cell, fraction)s and ends with the same results.
+    `on_cell(results)` is called after each one (the validate job writes them, atomically, to
+    resume from).
     """
     t0 = time.time()
-    if split not in SPLITS:
-        raise ValueError(f"--config.validate.split: {split!r}; expected one of {sorted(SPLITS)}")
-    sp = SPLITS[split]
     names = list(v.estimators) or list(estimators.ESTIMATORS)
     if settings.estimator not in names:
         names.append(settings.estimator)
+    fractions, cells = _cells(settings, v, seed)
     results = {
         "k": settings.k,
-        "split": split,
+        "split": v.split,
         "estimator": settings.estimator,
-        "fractions": [float(f) for f in sp.fractions],
+        "fractions": [float(f) for f in fractions],
         "cells": {},
         "raw": {},
         "meta": {},
         "scatter": {},
     }
-
-    def add(cell, fraction, samples, oracle=None, meta=None):
-        """Evaluates one (cell, fraction) unless `done` holds it; `samples` makes its draws."""
-        finished = _done(done, cell, fraction)
-        if finished is None:
-            finished = evaluate_cell(samples(), settings, v, names, oracle)
-            logging.info("%s %s f=%s done at %.0f s", split, cell, fraction, time.time() - t0)
-        results["cells"].setdefault(cell, {})[str(fraction)] = finished[0]
-        results["raw"].setdefault(cell, {})[str(fraction)] = finished[1]
-        results["meta"][cell] = meta
-        if on_cell:
-            on_cell(results)
-
-    for i, ((regime, family), n_pool) in enumerate(
-        (rf, n) for rf in sp.simulated for n in sp.sizes
-    ):
-        bench = simulate.make_benchmark(
-            int(v.num_queries),
-            int(n_pool),
-            family,
-            seed=int(seed) + 1000 * i,
-            **simulate.REGIMES[regime],
-        )
-        cell = f"{regime}/{family} N={n_pool:.0e}"
-        meta = {"num_queries": int(v.num_queries), "n_pool": int(n_pool), "draws": int(v.draws)}
-        oracle = oracles(bench, settings.k)
-        for j, f in enumerate(sp.fractions):
-            seeds = [int(seed) + 10_000 * (j + 1) + r for r in range(int(v.draws))]
-            samples = functools.partial(_simulated_draws, bench, f, seeds, settings)
-            add(cell, f, samples, oracle, meta)
-    if manifest:
-        with open(manifest) as fh:
-            entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
-        for name in sp.text:
-            if name not in entries:
-                raise ValueError(f"{manifest}: no benchmark {name!r} (rebuild the text galleries)")
-            entry = entries[name]
-            for f in sp.fractions:
-                samples = functools.partial(_text_samples, entry, f, int(v.draws))
-                meta = {
-                    "num_queries": int(entry["num_queries"]),
-                    "n_pool": int(entry["num_distractors"]),
-                    "draws": len(entry["sampled"][str(f)][: int(v.draws)]),
-                }
-                add(f"text/{name}", f, samples, None, meta)
+    for cell in cells:
+        results["meta"][cell.name] = cell.meta
+        for j, f in enumerate(fractions):
+            finished = ((done or {}).get("cells") or {}).get(cell.name, {}).get(str(f))
+            if finished is None:
+                summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
+                finished = summary.to_json()
+                raw = [d.to_json() for d in draws]
+                logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
+            else:
+                raw = done["raw"][cell.name][str(f)]
+            results["cells"].setdefault(cell.name, {})[str(f)] = finished
+            results["raw"].setdefault(cell.name, {})[str(f)] = raw
+            if on_cell:
+                on_cell(results)
+        if cell.bench is not None and not v.split:
+            results["scatter"][cell.name] = _scatter(cell.bench, settings, v, seed, done, cell)
+            if on_cell:
+                on_cell(results)
     results["seconds"] = time.time() - t0
     return results
+
+
+def _scatter(bench, settings: PredictSettings, v, seed: int, done, cell: Cell) -> dict:
+    """Returns the calibration scatter of a simulated benchmark at the largest fraction: true
+    against estimated hardness of the tail-priced positives."""
+    scatter = ((done or {}).get("scatter") or {}).get(cell.name)
+    if scatter is None:
+        d = simulate.draw(bench, float(v.fractions[-1]), int(settings.tail.top_m), int(seed))
+        h = estimators.get(settings.estimator)(d.scores, settings.tail)
+        sel = h.tail_priced & (bench.x > 0)
+        scatter = {"true": bench.x[sel].tolist(), "est": h.x[sel].tolist()}
+    return scatter
