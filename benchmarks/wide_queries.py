@@ -73,9 +73,11 @@ def child(args) -> None:
     sizes = np.concatenate([[1e8], np.geomspace(1e3, 1e9, 25)])
     fixed = scores.fixed_counts
     # The prediction with its prior maps in one pass, and the threshold reruns (the job's work).
-    aps = evaluate.per_query_ap(hardness, sizes, 1000, fixed, scores, True, share)[0]
+    aps = evaluate.per_query_aps(
+        hardness, sizes, 1000, fixed, scores, priors=True, max_share=share
+    )[0]
     for rerun in hardness.reruns:
-        evaluate.per_query_ap(rerun, sizes, 1000, fixed, scores, max_share=share)
+        evaluate.per_query_aps(rerun, sizes, 1000, fixed, scores, max_share=share)[0]
     out = {"seconds": time.perf_counter() - t0}
     if args.nested:
         t1 = time.perf_counter()

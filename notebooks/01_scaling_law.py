@@ -164,7 +164,7 @@ truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s 
 at_sample = baselines.at_sample_map(scores, k)
 count = estimators.count(scores)
 grid = np.geomspace(scores.n_sample, 200_000, 12)
-predicted = evaluate.per_query_ap(count, grid, k, scores.fixed_counts, scores).mean(axis=1)
+predicted = evaluate.per_query_aps(count, grid, k, scores.fixed_counts, scores)[0].mean(axis=1)
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(sizes, truth, "ko", label="truth (full gallery)")

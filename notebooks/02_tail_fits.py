@@ -79,13 +79,13 @@ print(
 # %%
 tail = np.asarray(scores.tail_scores[:, : settings.top_m])
 q = settings.threshold_quantile
-info = evt.diagnostics(tail, q)
+fit = evt.diagnostics(tail, q)
 print(
-    f"excesses per fit: {int(np.median(info['n_exceed']))}; xi = 0: {info['at_xi0'].mean():.0%}, "
-    f"xi = -1: {info['at_xi_minus1'].mean():.0%}, converged: {info['converged'].mean():.0%}"
+    f"excesses per fit: {int(np.median(fit.n_exceed))}; xi = 0: {fit.at_xi0.mean():.0%}, "
+    f"xi = -1: {fit.at_xi_minus1.mean():.0%}, converged: {fit.converged.mean():.0%}"
 )
 plt.figure(figsize=(5, 3))
-plt.hist(info["xi"], bins=20)
+plt.hist(fit.xi, bins=20)
 plt.xlabel("fitted xi")
 plt.ylabel("queries")
 plt.show()
@@ -100,19 +100,19 @@ fig, axes = plt.subplots(1, 3, figsize=(13, 3.5), sharey=True)
 # Three queries with positives in the tail, from the most negative fitted xi to the least.
 in_tail = mask & (scores.pos_counts < settings.min_count) & (x_true > 0)
 candidates = np.flatnonzero(in_tail.sum(axis=1) >= 2)
-candidates = candidates[np.argsort(info["xi"][candidates])]
+candidates = candidates[np.argsort(fit.xi[candidates])]
 examples = candidates[[0, len(candidates) // 2, -1]]
 for ax, qi in zip(axes, examples, strict=True):
     kept = tail[qi][np.isfinite(tail[qi])]
     ax.plot(kept, np.arange(1, len(kept) + 1) / s, ".", ms=2, label="sample")
-    grid = np.linspace(info["u"][qi], max(kept.max(), np.nanmax(scores.pos_scores[qi])) + 0.02, 200)
-    log_s = gpd.log_survival(jnp.asarray(grid - info["u"][qi]), info["xi"][qi], info["sigma"][qi])
-    ax.plot(grid, info["n_exceed"][qi] / s * np.exp(np.asarray(log_s)), label="fitted tail")
+    grid = np.linspace(fit.u[qi], max(kept.max(), np.nanmax(scores.pos_scores[qi])) + 0.02, 200)
+    log_s = gpd.log_survival(jnp.asarray(grid - fit.u[qi]), fit.xi[qi], fit.sigma[qi])
+    ax.plot(grid, fit.n_exceed[qi] / s * np.exp(np.asarray(log_s)), label="fitted tail")
     real = mask[qi] & (x_true[qi] > 0)
     ax.plot(scores.pos_scores[qi][real], x_true[qi][real], "k*", ms=9, label="positives (truth)")
-    ax.axvline(info["u"][qi], color="gray", lw=0.5)
+    ax.axvline(fit.u[qi], color="gray", lw=0.5)
     ax.set(yscale="log", ylim=(0.1 / n_full, 0.2), xlabel="score")
-    ax.set_title(f"q{qi}: xi = {info['xi'][qi]:.2f}")
+    ax.set_title(f"q{qi}: xi = {fit.xi[qi]:.2f}")
 axes[0].set_ylabel("P(distractor score > s)")
 axes[0].legend(fontsize=8)
 plt.show()
@@ -126,14 +126,14 @@ plt.show()
 # 0.006-0.009; here we look at the fits themselves.
 
 # %%
-se = info["xi_se"]
+se = fit.xi_se
 plt.figure(figsize=(5, 4))
-plt.errorbar(info["xi"], info["xi_half"], yerr=2 * se, fmt="o", ms=3, label="half the excesses")
-plt.errorbar(info["xi"], info["xi_double"], yerr=2 * se, fmt="s", ms=3, label="twice the excesses")
+plt.errorbar(fit.xi, fit.xi_half, yerr=2 * se, fmt="o", ms=3, label="half the excesses")
+plt.errorbar(fit.xi, fit.xi_double, yerr=2 * se, fmt="s", ms=3, label="twice the excesses")
 plt.plot([-1, 0], [-1, 0], "k:", lw=0.8)
 plt.xlabel("xi at the default threshold")
 plt.ylabel("xi refitted")
-plt.title(f"{info['stable'].mean():.0%} of fits stable")
+plt.title(f"{fit.stable.mean():.0%} of fits stable")
 plt.legend(fontsize=8)
 plt.show()
 

@@ -108,9 +108,9 @@ for size, value in zip(budget.sizes, budget.predictions, strict=True):
 # %%
 curve = result.curve
 band = np.asarray(curve.ci90)
-count_curve = evaluate.per_query_ap(
+count_curve = evaluate.per_query_aps(
     estimators.count(scores), np.asarray(curve.n), k, scores.fixed_counts, scores
-).mean(axis=1)
+)[0].mean(axis=1)
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.fill_between(curve.n, band[:, 0], band[:, 1], color="C1", alpha=0.2, label="evt, 90% band")
 ax.plot(curve.n, curve.map, color="C1", label="evt (from the sample)")

@@ -10,6 +10,7 @@ import pytest
 from configs import compare as compare_config
 from configs import default
 from tailaware.core import evaluate, metrics
+from tailaware.core.results import TailFit
 from tailaware.io import artifact
 from tailaware.jobs import compare as compare_job
 from tailaware.jobs import predict as predict_job
@@ -34,7 +35,8 @@ def sample():
 
 def test_round_trip_and_predict(tmp_path, sample):
     h = estimators.count(sample)
-    h = h._replace(info={"u": np.linspace(0.1, 0.2, 40), "converged": np.ones(40, bool)})
+    fit = TailFit(*(np.linspace(0.1, 0.2, 40) for _ in TailFit._fields[:13]))
+    h = h._replace(fit=fit._replace(converged=np.ones(40, bool)))
     art = artifact.from_hardness(h, sample, "count", {"model": "dinov3-l", "source": "yfcc"})
     path = tmp_path / "h.npz"
     artifact.save(path, art)
@@ -43,7 +45,9 @@ def test_round_trip_and_predict(tmp_path, sample):
     np.testing.assert_array_equal(back.mask, h.mask)
     assert back.estimator == "count" and back.n_sample == sample.n_sample
     assert back.metadata == {"model": "dinov3-l", "source": "yfcc"}
-    np.testing.assert_array_equal(back.fit["u"], h.info["u"])
+    for name, value in h.fit.items():
+        np.testing.assert_array_equal(getattr(back.fit, name), value)
+    assert back.fit.prior_mean is None
     aps, maps, _ = _at(back, [1e6, 1e8], 100)
     want = evaluate.per_query_ap(h, 1e8, 100, sample.fixed_counts, sample)
     np.testing.assert_allclose(aps[1], want, atol=1e-6)
@@ -54,6 +58,21 @@ def test_round_trip_and_predict(tmp_path, sample):
     assert at_s == pytest.approx(
         float(metrics.ap_at_k_from_counts(counts, sample.mask, 100).mean()), abs=2e-6
     )
+
+
+def test_a_partial_tail_fit_is_named(tmp_path, sample):
+    h = estimators.get("evt")(sample, TailSettings(top_m=100))
+    path = tmp_path / "h.npz"
+    artifact.save(path, artifact.from_hardness(h, sample, "evt"))
+    fields = dict(np.load(path))
+    del fields["fit_xi"]
+    np.savez(path, **fields)
+    with pytest.raises(ValueError, match="fit_xi.*missing"):
+        artifact.load(path)
+    fields["fit_xi"], fields["fit_shape"] = h.fit.xi, h.fit.xi
+    np.savez(path, **fields)
+    with pytest.raises(ValueError, match="fit_shape.*not a tail-fit field"):
+        artifact.load(path)
 
 
 def test_posterior_atoms_round_trip(tmp_path, sample):

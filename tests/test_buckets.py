@@ -10,7 +10,7 @@ from tailaware.io import scores
 from tailaware.protocol import nested, prediction
 from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import simulate
-from tailaware.tail import functional
+from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
 
 K = 100
@@ -60,11 +60,17 @@ def test_grouped_expected_map_equals_each_query_alone():
 
     @jax.jit
     def grouped(a, m, f, w, c, g):
-        return buckets.expected_map(a, m, n, K, f, w, c, s, table, g)
+        return buckets.expected_map(
+            a, m, n, K, fixed=f, weights=w, counts=c, n_sample=s, table=table, grouping=g
+        )
 
     got = np.asarray(grouped(atoms, mask, fixed, weights, counts, grouping))
     # Reference: every query alone, on its real positives only (no padding at all).
-    alone = jax.jit(lambda a, m, f, w, c: law.expected_map(a, m, n, K, f, w, c, s, table)[1])
+    alone = jax.jit(
+        lambda a, m, f, w, c: law.expected_map(
+            a, m, n, K, fixed=f, weights=w, counts=c, n_sample=s, table=table
+        )[1]
+    )
     for i in range(q):
         keep = np.flatnonzero(mask[i])
         if not len(keep):
@@ -98,7 +104,7 @@ def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample):
     settings = PredictSettings(tail=TailSettings(top_m=400))
     sizes = np.array([1e4, 1e6, 1e8])
     h = prediction.estimate(sc, settings)
-    aps = evaluate.per_query_ap(h, sizes, 1000, sc.fixed_counts, sc)
+    aps = evaluate.per_query_aps(h, sizes, 1000, sc.fixed_counts, sc)[0]
     reps = nested.nested_bootstrap(sc, settings.estimator, settings.tail, 1000, sizes, 3, seed=0)
     # The same computations on the padded arrays, without groups.
     f32 = lambda a: jnp.asarray(np.where(h.mask, a, 0), jnp.float32)
@@ -107,27 +113,25 @@ def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample):
         jnp.asarray(h.mask),
         jnp.asarray(sizes, jnp.float32),
         1000,
-        f32(sc.fixed_counts),
-        jnp.asarray(h.weights, jnp.float32),
-        f32(sc.pos_counts),
-        jnp.float32(sc.n_sample),
-        law.rank_table(1000),
-        None,
-    )
+        fixed=f32(sc.fixed_counts),
+        weights=jnp.asarray(h.weights, jnp.float32)[None],
+        counts=f32(sc.pos_counts),
+        n_sample=jnp.float32(sc.n_sample),
+        table=law.rank_table(1000),
+        grouping=None,
+    )[0]
     np.testing.assert_allclose(aps, np.asarray(aps0), rtol=1e-5, atol=1e-6)
-    c = functional.core(sc, settings.tail)
-    fn = functional.hardness_fn(settings.estimator, settings.tail)
     padded = nested._nested(
         jax.random.key(0),
-        *c[:6],
+        functional.core(sc, settings.tail),
         jnp.asarray(sizes, jnp.float32),
-        law.rank_table(1000),
-        None,
+        table=law.rank_table(1000),
+        grouping=None,
         k=1000,
-        fn=fn,
+        traced=estimators.get(settings.estimator).traced,
+        settings=settings.tail,
         num_replicates=3,
         batch_size=1,
-        threshold_quantile=c.threshold_quantile,
     )
     for got, want in zip(reps, padded, strict=True):
         np.testing.assert_allclose(got, np.asarray(want).T, rtol=1e-5, atol=1e-6)

@@ -68,7 +68,7 @@ def test_tail_counts_is_the_truncated_poisson_predictive():
     atoms = np.exp(rng.uniform(np.log(1e-6), np.log(2e-3), (q, p, a)))
     weights = rng.dirichlet(np.ones(a), q)
     priced = rng.uniform(size=(q, p)) < 0.8
-    h = Hardness(atoms @ np.ones(a) / a, np.ones((q, p), bool), priced, {}, atoms, weights)
+    h = Hardness(atoms @ np.ones(a) / a, np.ones((q, p), bool), priced, None, atoms, weights)
     counts = rng.integers(0, c, (q, p))
     observed, expected, sd = diagnostics.tail_counts(h, counts, s, c)
     assert observed == counts[priced].sum()

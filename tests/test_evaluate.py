@@ -44,7 +44,9 @@ def test_pruned_atoms_move_each_query_ap_by_at_most_the_dropped_mass(estimated):
     tol = evaluate.ATOM_TOLERANCE
 
     def ap(est, t, priors=False):
-        return evaluate.per_query_ap(est, SIZES, K, sc.fixed_counts, sc, priors, atom_tolerance=t)
+        return evaluate.per_query_aps(
+            est, SIZES, K, sc.fixed_counts, sc, priors=priors, atom_tolerance=t
+        )
 
     weightings = np.stack([h.weights, *h.prior_weights])
     full = ap(h, 0.0, priors=True)
@@ -65,6 +67,6 @@ def test_flat_weights_keep_every_atom(estimated):
     flat = h._replace(weights=np.full_like(h.weights, 1.0 / h.weights.shape[1]))
     atoms, weights, dropped = evaluate.prune_atoms(flat.atoms, flat.weights)
     assert atoms is flat.atoms and weights is flat.weights and dropped == 0.0
-    got = evaluate.per_query_ap(flat, SIZES, K, sc.fixed_counts, sc)
-    want = evaluate.per_query_ap(flat, SIZES, K, sc.fixed_counts, sc, atom_tolerance=0.0)
+    got = evaluate.per_query_aps(flat, SIZES, K, sc.fixed_counts, sc)
+    want = evaluate.per_query_aps(flat, SIZES, K, sc.fixed_counts, sc, atom_tolerance=0.0)
     np.testing.assert_array_equal(got, want)

@@ -47,7 +47,9 @@ def scores():
 
 @pytest.fixture(scope="module")
 def results(scores):
-    return evt.evt(scores, _settings()), evt.evt_averaged(scores, _settings())
+    return estimators.get("evt")(scores, _settings()), estimators.get("evt_averaged")(
+        scores, _settings()
+    )
 
 
 def test_evt_hardness_follows_eq_b1(scores, results):
@@ -62,7 +64,7 @@ def test_evt_hardness_follows_eq_b1(scores, results):
     by_count = h.mask & (counts >= 5)
     assert by_count.sum() >= Q
     np.testing.assert_allclose(h.x[by_count], counts[by_count] / S)
-    info = h.info
+    info = h.fit
     for key in (
         "xi",
         "sigma",
@@ -73,27 +75,27 @@ def test_evt_hardness_follows_eq_b1(scores, results):
         "fitted",
         "share_tail_priced",
     ):
-        assert info[key].shape == (Q,), key
+        assert getattr(info, key).shape == (Q,), key
     # Threshold at the 51st largest of the top 1000 (q = 0.95), excesses strictly above it.
     k = round(0.05 * M)
     tail = scores.tail_scores.astype(np.float64)
-    np.testing.assert_array_equal(info["u"], scores.tail_scores[:, k])
-    np.testing.assert_array_equal(info["n_exceed"], (tail[:, :k] > tail[:, k : k + 1]).sum(1))
+    np.testing.assert_array_equal(info.u, scores.tail_scores[:, k])
+    np.testing.assert_array_equal(info.n_exceed, (tail[:, :k] > tail[:, k : k + 1]).sum(1))
     for q in range(Q):
         # The reported fit is a GPD fit of exactly these excesses (scipy's log-likelihood)...
-        y = tail[q, :k] - info["u"][q]
+        y = tail[q, :k] - info.u[q]
         y = y[y > 0]
-        ll = stats.genpareto.logpdf(y, info["xi"][q], scale=info["sigma"][q]).sum()
-        if info["xi"][q] > -1:
-            np.testing.assert_allclose(info["loglik"][q], ll, rtol=1e-4)
+        ll = stats.genpareto.logpdf(y, info.xi[q], scale=info.sigma[q]).sum()
+        if info.xi[q] > -1:
+            np.testing.assert_allclose(info.loglik[q], ll, rtol=1e-4)
         # ... and each tail price is (n_u / S) P(Y > s - u) under it (eq. B.1).
         for j in np.flatnonzero(h.tail_priced[q]):
             sf = stats.genpareto.sf(
-                float(scores.pos_scores[q, j]) - float(info["u"][q]),
-                float(info["xi"][q]),
-                scale=float(info["sigma"][q]),
+                float(scores.pos_scores[q, j]) - float(info.u[q]),
+                float(info.xi[q]),
+                scale=float(info.sigma[q]),
             )
-            np.testing.assert_allclose(h.x[q, j], info["n_exceed"][q] / S * sf, rtol=1e-3)
+            np.testing.assert_allclose(h.x[q, j], info.n_exceed[q] / S * sf, rtol=1e-3)
 
 
 def _grid(settings):
@@ -149,12 +151,12 @@ def _check_against_reference(scores, h, settings):
     priced = h.tail_priced
     for q in (0, 20, 40):
         # The threshold is the selected one (tested in test_threshold_selection*).
-        k = int(h.info["n_exceed_selected"][q])
+        k = int(h.fit.n_exceed_selected[q])
         u = float(scores.tail_scores[q, k])
         y_exc = scores.tail_scores[q, :k].astype(np.float64) - u
         j = np.flatnonzero(priced[q])
         y_pos = scores.pos_scores[q, j].astype(np.float64) - u
-        mean, sd = h.info["prior_mean"][q], h.info["prior_sd"][q]
+        mean, sd = h.fit.prior_mean[q], h.fit.prior_sd[q]
         ref = _posterior_mean_reference(y_exc[y_exc > 0], y_pos, S, settings, mean, sd)
         np.testing.assert_allclose(np.log(h.x[q, j]), ref, rtol=2e-3)
 
@@ -165,16 +167,16 @@ def test_averaged_matches_reference_and_is_never_zero(scores, results):
     np.testing.assert_array_equal(priced, h_mle.tail_priced)
     assert np.all(h.x[priced] > 0)
     # Beyond the plug-in endpoint the MLE says 0 (the paper's "immune"); the average does not.
-    beyond = priced & (scores.pos_scores > h_mle.info["endpoint"][:, None])
+    beyond = priced & (scores.pos_scores > h_mle.fit.endpoint[:, None])
     assert beyond.any() and np.all(h_mle.x[beyond] == 0) and np.all(h.x[beyond] > 0)
-    np.testing.assert_array_equal(h_mle.info["share_zero"], beyond.sum(1) / h.mask.sum(1))
+    np.testing.assert_array_equal(h_mle.fit.share_zero, beyond.sum(1) / h.mask.sum(1))
     _check_against_reference(scores, h, _settings())  # the default: empirical Bayes up to 0.5
 
 
 def test_averaged_with_the_tilt_prior_matches_reference(scores):
     settings = _settings(prior="tilt", xi_max=0.0)
-    h = evt.evt_averaged(scores, settings)
-    assert np.isnan(h.info["prior_mean"]).all()
+    h = estimators.get("evt_averaged")(scores, settings)
+    assert np.isnan(h.fit.prior_mean).all()
     _check_against_reference(scores, h, settings)
 
 
@@ -231,28 +233,30 @@ def test_accuracy_far_in_the_tail(scores, results):
 
 def test_settings_are_read(scores, results):
     base, _ = results
-    counts_only = evt.evt(scores, _settings(min_count=0))
+    counts_only = estimators.get("evt")(scores, _settings(min_count=0))
     assert not counts_only.tail_priced.any()
     np.testing.assert_allclose(counts_only.x, np.where(scores.mask, scores.pos_counts, 0) / S)
-    fewer = evt.evt(scores, _settings(min_count=1))
+    fewer = estimators.get("evt")(scores, _settings(min_count=1))
     np.testing.assert_array_equal(fewer.tail_priced, scores.mask & (scores.pos_counts < 1))
     assert fewer.tail_priced.sum() < base.tail_priced.sum()
     # top_m and threshold_quantile reach the JAX core: 10% of the top 500 are the excesses.
-    info = evt.evt_averaged(scores, _settings(top_m=500, threshold_quantile=0.9)).info
-    np.testing.assert_array_equal(info["n_exceed"], 50)
+    info = estimators.get("evt_averaged")(scores, _settings(top_m=500, threshold_quantile=0.9)).fit
+    np.testing.assert_array_equal(info.n_exceed, 50)
     # The averaged posterior fits the excesses over its own quantile (0.975): 2.5% of 500 where
     # that threshold passes the goodness-of-fit test, fewer where it is raised; at least
     # MIN_EXCESSES (10) for 1% of 500.
-    assert info["n_exceed_selected"].max() == 13 and np.median(info["n_exceed_selected"]) == 13
-    deeper = evt.evt_averaged(scores, _settings(top_m=500, averaged_quantile=0.99)).info
-    assert deeper["n_exceed_selected"].max() == evt.MIN_EXCESSES == 10
+    assert info.n_exceed_selected.max() == 13 and np.median(info.n_exceed_selected) == 13
+    deeper = estimators.get("evt_averaged")(
+        scores, _settings(top_m=500, averaged_quantile=0.99)
+    ).fit
+    assert deeper.n_exceed_selected.max() == evt.MIN_EXCESSES == 10
 
 
 def test_empirical_bayes_shift_moves_the_fitted_prior(scores):
     # The shift moves the fitted prior's mean after the fit: the fit (mean, sd) is the same at
     # any shift, and the posterior at shift d is the one at 0 re-weighted by the ratio of the
     # two normals on the grid; a longer shift weighs longer tails more on every query.
-    pos, tail, _, s = evt._host_inputs(scores, _settings())
+    pos, _, tail, s = evt._host_inputs(scores, _settings())
     post = jax.jit(evt._posterior, static_argnums=3)
     _, w0, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
     _, w1, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
@@ -380,11 +384,11 @@ def test_small_samples_and_short_rows():
         tail[:, :s] = -np.sort(-rng.uniform(-0.2, 0.4, (2, s)), axis=1)
         pos = np.asarray([[0.5, 0.3, 0.2, 0.1, 0.0], [0.1, np.nan, np.nan, np.nan, np.nan]])
         sc = _scores_like_fixture(tail, pos, s)
-        for fn in (evt.evt, evt.evt_averaged):
+        for fn in (estimators.get("evt"), estimators.get("evt_averaged")):
             h = fn(sc, _settings())
             assert not np.isnan(h.x).any()
             assert np.all((h.x >= 0) & (h.x <= 1))
-            for v in h.info.values():
+            for _, v in h.fit.items():
                 assert not np.isnan(v).any()
             if s == 1:
                 assert not h.tail_priced.any()
@@ -428,8 +432,8 @@ def test_threshold_stability_flags_a_changing_tail():
     changing_tail = -np.sort(-bump)[:M]
     pos = np.full((2, 5), 0.6)
     sc = _scores_like_fixture(np.stack([stable_tail, changing_tail]), pos, s)
-    info = evt.evt(sc, _settings()).info
-    np.testing.assert_array_equal(info["stable"][:2], [True, False])
+    info = estimators.get("evt")(sc, _settings()).fit
+    np.testing.assert_array_equal(info.stable[:2], [True, False])
 
 
 @pytest.mark.slow
@@ -469,7 +473,7 @@ def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
     settings = _settings(prior="tilt", xi_max=0.0)
     got = evt.estimate(scores, settings, "mean", reruns=True)
     flat, steep = got.prior_weights
-    pos, tail, _, s = evt._host_inputs(scores, settings)
+    pos, _, tail, s = evt._host_inputs(scores, settings)
     tilt, spread = settings.xi_tilt, settings.prior_spread
     posterior = jax.jit(evt.posterior, static_argnums=3)
     for weights, t in ((flat, tilt - spread), (steep, tilt + spread)):

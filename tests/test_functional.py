@@ -1,10 +1,12 @@
-"""The estimators as traced functions: they agree with the estimators on files, padded or not."""
+"""The estimators' traced definitions on fixed-shape inputs agree with the estimates on files,
+padded or not."""
 
 import numpy as np
 import pytest
 
 from tailaware.core import evaluate
 from tailaware.io import scores
+from tailaware.protocol import prediction
 from tailaware.sim import simulate
 from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
@@ -21,7 +23,7 @@ def test_core_agrees_with_the_estimator(name):
     sc = simulate.draw(bench, 0.01, 400, seed=5).scores
     fn = estimators.get(name)
     want = evaluate.per_query_ap(fn(sc, settings), 1e7, 100, sc.fixed_counts, sc)
-    got, _ = functional.core_predict(functional.core(sc, settings), name, settings, 100, [1e7])
+    got = prediction.core_aps(functional.core(sc, settings), name, settings, 100, [1e7])
     np.testing.assert_allclose(got[0], want, atol=2e-6)
 
 
@@ -38,8 +40,8 @@ def test_core_reads_only_the_real_scores_of_a_padded_file():
     padded = scores.make_scores(
         tail, sc.pos_scores, sc.pos_counts, sc.n_sample, sc.fixed_counts, source="padded"
     )
-    want, _ = functional.core_predict(functional.core(sc, c), "evt_averaged", c, 100, [1e7])
-    got, _ = functional.core_predict(functional.core(padded, c), "evt_averaged", c, 100, [1e7])
+    want = prediction.core_aps(functional.core(sc, c), "evt_averaged", c, 100, [1e7])
+    got = prediction.core_aps(functional.core(padded, c), "evt_averaged", c, 100, [1e7])
     np.testing.assert_allclose(got, want, atol=1e-6)
     h = estimators.get("evt_averaged")(padded, c)
     point = evaluate.per_query_ap(h, 1e7, 100, sc.fixed_counts, sc)

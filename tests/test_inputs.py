@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tailaware import models
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, TailFit
 from tailaware.data import files
 from tailaware.io import artifact, atomic, features, ilias_folder
 from tailaware.io import scores as scores_lib
@@ -159,7 +159,8 @@ def artifact_fields(path) -> dict:
     sc = scores_lib.make_scores(**scores_fields())
     h = estimators.count(sc)
     atoms = np.stack([h.x, h.x * 0.5], axis=-1)
-    h = Hardness(h.x * 0.75, h.mask, h.tail_priced, {"u": np.ones(Q)}, atoms, np.full((Q, 2), 0.5))
+    fit = TailFit(*(np.ones(Q) for _ in TailFit._fields[:13]))
+    h = Hardness(h.x * 0.75, h.mask, h.tail_priced, fit, atoms, np.full((Q, 2), 0.5))
     sd = (np.array([1e3, 1e6]), np.array([0.01, 0.02]), 10)
     artifact.save(path, artifact.from_hardness(h, sc, "count", {"model": "m"}, sd))
     return atomic.read_npz(path, "an artifact")

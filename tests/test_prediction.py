@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, TailFit
 from tailaware.io import scores
 from tailaware.protocol import diagnostics, intervals, prediction, schema
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
@@ -49,14 +49,15 @@ def test_prediction_fields():
 
 def test_summary_notes_raised_thresholds():
     mask = np.ones((3, 2), bool)
-    info = {"n_exceed": np.array([200, 200, 200]), "n_exceed_selected": np.array([200, 100, 50])}
-    h = Hardness(np.full((3, 2), 1e-6), mask, mask, info)
+    fit = TailFit(*(np.array([200, 200, 200]) for _ in TailFit._fields[:13]))
+    fit = fit._replace(n_exceed_selected=np.array([200, 100, 50]))
+    h = Hardness(np.full((3, 2), 1e-6), mask, mask, fit)
     share, note = diagnostics.raised_thresholds(h)
     assert share == pytest.approx(2 / 3) and note.startswith("THRESHOLD RAISED for 2 of 3 queries")
-    only = h._replace(info={"n_exceed": info["n_exceed"]})
+    only = h._replace(fit=fit._replace(n_exceed_selected=None))
     assert diagnostics.raised_thresholds(only) == (0.0, "")
-    same = {**info, "n_exceed_selected": info["n_exceed"]}
-    assert diagnostics.raised_thresholds(h._replace(info=same)) == (0.0, "")
+    same = fit._replace(n_exceed_selected=fit.n_exceed)
+    assert diagnostics.raised_thresholds(h._replace(fit=same)) == (0.0, "")
 
 
 @pytest.mark.slow

@@ -2,9 +2,8 @@
 
 Positives live in [Q, P] arrays padded to the widest query, and the law's E[AP]
 (`law.expected_map`) costs Q x P x atoms x gallery sizes: a few wide queries make every query pay
-for their width. With 1,199 simulated queries of up to 10 positives plus one of 191 (a
-landmark-style query), the protocol without the nested bootstrap took 40 s and 6.6 GB padded,
-11 s and 1.4 GB grouped (`benchmarks/wide_queries.py`). `groups(mask)` splits the queries by
+for their width (a landmark-style query of hundreds of positives among queries of a few: several
+times the time and memory, `benchmarks/wide_queries.py`). `groups(mask)` splits the queries by
 their positive count rounded up to a power of two (at least `MIN_WIDTH`), each group with its
 real positives packed first, where that saves at least half the padded slots; `expected_map`
 runs the law group by group and puts the queries back in order. Each group is one more
@@ -69,7 +68,7 @@ def take(a, group: Group):
     return jnp.take_along_axis(a, idx, axis=1)
 
 
-def expected_map(x, mask, n, k: int, fixed, weights, counts, n_sample, table, grouping=None):
+def expected_map(x, mask, n, k: int, *, fixed, weights, counts, n_sample, table, grouping=None):
     """Returns `law.expected_map`'s per-query E[AP@k] [Q], computed group by group.
 
     Arguments as in `law.expected_map` (`fixed` and `counts` [Q, P] arrays, `weights` [Q, A] or
@@ -77,13 +76,22 @@ def expected_map(x, mask, n, k: int, fixed, weights, counts, n_sample, table, gr
     the groups' shapes are static under `jit`.
     """
     if grouping is None:
-        return law.expected_map(x, mask, n, k, fixed, weights, counts, n_sample, table)[1]
+        kw = dict(fixed=fixed, weights=weights, counts=counts, n_sample=n_sample, table=table)
+        return law.expected_map(x, mask, n, k, **kw)[1]
     parts = []
     for g in grouping:
         part = lambda a, g=g: None if a is None else take(a, g)
         w = None if weights is None else weights[g.rows]
         got = law.expected_map(
-            part(x), part(mask), n, k, part(fixed), w, part(counts), n_sample, table
+            part(x),
+            part(mask),
+            n,
+            k,
+            fixed=part(fixed),
+            weights=w,
+            counts=part(counts),
+            n_sample=n_sample,
+            table=table,
         )
         parts.append(got[1])
     rows = jnp.concatenate([g.rows for g in grouping])

@@ -56,35 +56,36 @@ def prune_atoms(atoms, weights, tolerance: float = ATOM_TOLERANCE):
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _expected_map(x, mask, sizes, k, fixed, weights, counts, n_sample, table, grouping):
+def _expected_map(x, mask, sizes, k, *, fixed, weights, counts, n_sample, table, grouping):
+    """Returns E[AP@k] [W, G, Q] for weights [W, Q, A] (or [G, Q] for a point estimate)."""
+
     def over_sizes(w):
-        one = lambda n: buckets.expected_map(
-            x, mask, n, k, fixed, w, counts, n_sample, table, grouping
-        )
+        kw = dict(fixed=fixed, weights=w, counts=counts, n_sample=n_sample, table=table)
+        one = lambda n: buckets.expected_map(x, mask, n, k, grouping=grouping, **kw)
         return jax.vmap(one)(sizes)
 
-    if weights is not None and weights.ndim == 3:  # [T, Q, A]: the atoms' E[AP] do not batch
-        return jax.vmap(over_sizes)(weights)
-    return over_sizes(weights)
+    if weights is None:
+        return over_sizes(None)
+    return jax.vmap(over_sizes)(weights)  # the atoms' E[AP] do not batch over weightings
 
 
-def per_query_ap(
+def per_query_aps(
     hardness: Hardness,
-    n,
+    sizes,
     k: int,
     fixed: np.ndarray,
     sample=None,
+    *,
     priors: bool = False,
     max_share: float = buckets.MAX_SHARE,
     atom_tolerance: float = ATOM_TOLERANCE,
 ) -> np.ndarray:
-    """Returns the predicted AP@k [Q] of every query at gallery size n (float64 numpy).
+    """Returns the predicted AP@k [W, G, Q] of every query at each of the gallery sizes [G].
 
-    `n` may also be a 1-D array of [G] sizes (one compiled call): the result is then [G, Q].
-    With `priors`, a leading axis [1 + T] holds the prediction and then the predictions under
-    the estimate's other priors on the tail shape (`Hardness.prior_weights`; T = 0 without
+    W = 1 + T: the prediction and then, with `priors`, the predictions under the estimate's T
+    other priors on the tail shape (`Hardness.prior_weights`; T = 0 without `priors` or without
     them), in the same pass: E[AP] is linear in the atom weights, so each atom's is computed
-    once.
+    once. One compiled call (float64 numpy out).
 
     The prediction is E[AP@k] under K_j ~ Poisson(n x_j) (`law.expected_map`), averaged over the
     estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
@@ -97,32 +98,31 @@ def per_query_ap(
     """
     mask = hardness.mask
     x = hardness.x if hardness.atoms is None else hardness.atoms
-    fixed = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
     w = hardness.weights
-    if priors and w is not None:
-        others = () if hardness.prior_weights is None else tuple(hardness.prior_weights)
-        w = np.stack([w, *others])
     if w is not None:
-        x, w = prune_atoms(x, w, atom_tolerance)[:2]
-    w = None if w is None else jnp.asarray(w, jnp.float32)
+        others = () if not priors or hardness.prior_weights is None else hardness.prior_weights
+        x, w = prune_atoms(x, np.stack([w, *others]), atom_tolerance)[:2]
+        w = jnp.asarray(w, jnp.float32)
     counts, s = jnp.zeros(mask.shape, jnp.float32), jnp.float32(np.inf)
     if sample is not None:
         counts = jnp.asarray(np.where(mask, sample.pos_counts, 0), jnp.float32)
         s = jnp.float32(sample.n_sample)
-    sizes = np.asarray(n, np.float64)
     aps = _expected_map(
         jnp.asarray(x, jnp.float32),
         jnp.asarray(mask),
-        jnp.asarray(np.atleast_1d(sizes), jnp.float32),
+        jnp.asarray(np.asarray(sizes, np.float64).reshape(-1), jnp.float32),
         int(k),
-        fixed,
-        w,
-        counts,
-        s,
-        law.rank_table(int(k)),
-        buckets.groups(mask, max_share),
+        fixed=jnp.asarray(np.where(mask, fixed, 0), jnp.float32),
+        weights=w,
+        counts=counts,
+        n_sample=s,
+        table=law.rank_table(int(k)),
+        grouping=buckets.groups(mask, max_share),
     )
     aps = np.asarray(jax.device_get(aps), np.float64)
-    if priors and w is None:  # a point estimate: no other priors
-        aps = aps[None]
-    return aps if sizes.ndim else aps[..., 0, :]
+    return aps[None] if w is None else aps
+
+
+def per_query_ap(hardness: Hardness, n: float, k: int, fixed: np.ndarray, sample=None):
+    """Returns the predicted AP@k [Q] of every query at gallery size `n` (`per_query_aps`)."""
+    return per_query_aps(hardness, [n], k, fixed, sample)[0, 0]

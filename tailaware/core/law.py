@@ -183,8 +183,8 @@ def inverse_rank_table(k: int) -> np.ndarray:
     (`table_lambdas`). Matrix products h = pmf @ T with T[m, a - 1] = 1 / (a + m) when a + m <=
     k, by `TABLE_BLOCKS` blocks of rows: a block of means in [lo, hi] reads only the counts m
     from lo - 40 sqrt(lo) - 60 to hi + 40 sqrt(hi) + 60, outside which each row's pmf is below
-    1e-300 of its mode (most of the log-spaced grid lies below lam = 1: 60 of k columns).
-    Cached (read-only): ~0.03 s at k = 1000 (0.14 s as one product; equal to 1e-15).
+    1e-300 of its mode (most of the log-spaced grid lies below lam = 1: 60 of k columns), equal
+    to the single product to 1e-15 at a fraction of its cost. Cached (read-only).
     """
     lam = table_lambdas(k)
     m = np.arange(k, dtype=np.float64)
@@ -209,9 +209,8 @@ def rank_table(k: int, dtype=jnp.float32) -> jax.Array:
     """Returns `inverse_rank_table(k)` for jitted callers: [L, k, 2], rows i and i + 1 paired.
 
     An interpolation between grid rows i and i + 1 then reads one pair (one cache line) rather
-    than two entries k apart: E[AP] runs ~13% faster. Passed as an argument (`table=`), the
-    table is not baked into the compiled program as a constant (at k = 1000, 32 MB that would
-    cost ~0.4 s of tracing and compilation per program). Cached (building it costs ~30 ms).
+    than two entries k apart. Passed as an argument (`table=`), the table is not baked into the
+    compiled program as a constant (32 MB at k = 1000, costly to trace and compile). Cached.
     """
     h = inverse_rank_table(int(k))
     return jnp.asarray(np.stack([h, np.concatenate([h[1:], h[-1:]])], axis=-1), dtype)
@@ -279,7 +278,7 @@ def _expected_ap_table(x, mask, n, k, fixed, table=None):
 
 
 def expected_map(
-    x, mask, n, k: int, fixed=None, weights=None, counts=None, n_sample=None, table=None
+    x, mask, n, k: int, *, fixed=None, weights=None, counts=None, n_sample=None, table=None
 ):
     """Returns (mean E[AP@k], per-query E[AP@k] [Q]) for x [Q, P] or atoms [Q, P, A], w [Q, A].
 

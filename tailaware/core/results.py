@@ -1,7 +1,8 @@
 """The typed results that travel between the layers (JSON only at the job boundary).
 
 - `Hardness`: an estimator's per-positive hardness (and its posterior, reruns and prior terms),
-  from `tailaware.tail` to the law and the protocol.
+  with its tail fits' diagnostics (`TailFit`), from `tailaware.tail` to the law and the
+  protocol.
 - `Prediction` (with its `Interval` of `Bounds`, `Curve`, `OtherMetrics` and `Diagnostics` of
   `Budget` and `Drift`): a predicted mAP@k, from `tailaware.protocol` to the jobs, which write
   it as prediction.json (`tailaware.protocol.schema`).
@@ -16,6 +17,66 @@ from typing import NamedTuple
 import numpy as np
 
 
+class TailFit(NamedTuple):
+    """Per-query diagnostics of a tail-aware estimate's GPD fits, each a [Q] array.
+
+    The fit fields describe the maximum-likelihood GPD fit (`tailaware.tail.gpd.fit`) to the
+    excesses over the threshold at the `threshold_quantile` of the kept scores, and its
+    threshold stability; the estimate's fields say how the estimate used it; the posterior's
+    are set by the averaged estimator (`evt_averaged`) alone.
+
+    Attributes:
+      u: the threshold, in score units.
+      n_exceed: excesses over u.
+      xi, sigma: the fitted shape (in [-1, 0]) and scale.
+      endpoint: the fitted support's upper end in score units, u + sigma / -xi (inf at xi = 0).
+      loglik: the maximised log-likelihood.
+      at_xi0, at_xi_minus1: the fit sits on the xi = 0 (exponential) or xi = -1 (uniform) bound.
+      converged: a proper optimum was found.
+      xi_half, xi_double: xi refitted with half and twice the excesses.
+      xi_se: xi's asymptotic standard error.
+      stable: neither refit moves xi by more than 2 standard errors of the less precise fit
+        (bounded score laws drift with the threshold by nature, so the check is no stricter).
+      fitted: some stored score lies above u (else every positive keeps its count).
+      share_tail_priced: the share of the query's positives the tail priced.
+      share_beyond_endpoint: the share priced beyond the plug-in fit's endpoint.
+      share_zero: the share priced a hardness of exactly 0 (0 for the averaged estimator).
+      n_exceed_posterior: excesses over the averaged estimator's own default threshold (its
+        `averaged_quantile`).
+      n_exceed_selected: excesses over the threshold it selected (`evt.select_threshold`).
+      ad: the Anderson-Darling statistic of its excesses at the default threshold.
+      prior_mean, prior_sd: the benchmark's empirical-Bayes prior on xi, the same on every row
+        (NaN under the tilt prior).
+    """
+
+    u: np.ndarray
+    n_exceed: np.ndarray
+    xi: np.ndarray
+    sigma: np.ndarray
+    endpoint: np.ndarray
+    loglik: np.ndarray
+    at_xi0: np.ndarray
+    at_xi_minus1: np.ndarray
+    converged: np.ndarray
+    xi_half: np.ndarray
+    xi_double: np.ndarray
+    xi_se: np.ndarray
+    stable: np.ndarray
+    fitted: np.ndarray | None = None
+    share_tail_priced: np.ndarray | None = None
+    share_beyond_endpoint: np.ndarray | None = None
+    share_zero: np.ndarray | None = None
+    n_exceed_posterior: np.ndarray | None = None
+    n_exceed_selected: np.ndarray | None = None
+    ad: np.ndarray | None = None
+    prior_mean: np.ndarray | None = None
+    prior_sd: np.ndarray | None = None
+
+    def items(self):
+        """Yields (name, [Q] array) of the fields that are set."""
+        return ((k, v) for k, v in self._asdict().items() if v is not None)
+
+
 class Hardness(NamedTuple):
     """Per-positive hardness with its provenance.
 
@@ -23,7 +84,8 @@ class Hardness(NamedTuple):
       x: [Q, P] float64 hardness in [0, 1]; 0 at padding.
       mask: [Q, P] bool, real positives.
       tail_priced: [Q, P] bool, positives priced by a fitted tail rather than by the count.
-      info: per-query diagnostics, name -> [Q] array.
+      fit: the tail fits' per-query diagnostics (`TailFit`); None for an estimator without a
+        tail, and for the reruns.
       atoms: None, or [Q, P, A] float64 atoms of a posterior over each positive's hardness
         (the law's predictions average over them, `law.expected_map`); `x` is then its mean.
       weights: [Q, A] atom weights (rows sum to 1) when `atoms` is set.
@@ -36,7 +98,7 @@ class Hardness(NamedTuple):
     x: np.ndarray
     mask: np.ndarray
     tail_priced: np.ndarray
-    info: dict
+    fit: TailFit | None = None
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
     reruns: tuple = ()

@@ -11,8 +11,9 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `n_sample` int64 []: S of the sample the hardness came from.
 - `estimator` str []: the estimator's name.
 - `metadata` str []: JSON object of free-form provenance (model, distractor source, config).
-- `fit_<name>` float64 or bool [Q], optional: per-query fit parameters and diagnostics (the
-  estimator's `Hardness.info`, e.g. threshold, xi, sigma, endpoint).
+- `fit_<name>` float or bool [Q], optional: the tail fits' per-query diagnostics, one field of
+  `TailFit` each (`Hardness.fit`: threshold, xi, sigma, endpoint, ...); its fit fields come
+  together.
 - `query_ids` str [Q], optional.
 - `pos_counts` int64 [Q, P], optional: the sample's own counts above each positive, so that
   predictions at N >= S condition on them as `predict` does from the scores (-1 at padding).
@@ -45,7 +46,7 @@ import os
 
 import numpy as np
 
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, TailFit
 from tailaware.io import atomic, errors
 from tailaware.io.scores import SampledScores, check_ids
 
@@ -53,6 +54,8 @@ REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator",
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
 OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
 OPTIONAL += ("prior_weights", *_SD_FIELDS)
+# The fit fields of `TailFit` (the rest are optional): `fit_<name>` comes all or none.
+_FIT_REQUIRED = tuple(f for f in TailFit._fields if f not in TailFit._field_defaults)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +69,7 @@ class HardnessArtifact:
     n_sample: int
     estimator: str
     metadata: dict
-    fit: dict
+    fit: TailFit | None
     query_ids: np.ndarray | None = None
     pos_counts: np.ndarray | None = None
     atoms: np.ndarray | None = None
@@ -85,18 +88,24 @@ class HardnessArtifact:
         reruns = ()
         if self.rerun_atoms is not None:
             reruns = tuple(
-                Hardness(np.einsum("qpa,qa->qp", a, w), self.mask, self.tail_priced, {}, a, w)
+                Hardness(
+                    x=np.einsum("qpa,qa->qp", a, w),
+                    mask=self.mask,
+                    tail_priced=self.tail_priced,
+                    atoms=a,
+                    weights=w,
+                )
                 for a, w in zip(self.rerun_atoms, self.rerun_weights, strict=True)
             )
         return Hardness(
-            self.x,
-            self.mask,
-            self.tail_priced,
-            dict(self.fit),
-            self.atoms,
-            self.weights,
-            reruns,
-            self.prior_weights,
+            x=self.x,
+            mask=self.mask,
+            tail_priced=self.tail_priced,
+            fit=self.fit,
+            atoms=self.atoms,
+            weights=self.weights,
+            reruns=reruns,
+            prior_weights=self.prior_weights,
         )
 
 
@@ -121,18 +130,13 @@ def from_hardness(
     metadata: dict | None = None,
     distractor_sd: tuple | None = None,
 ) -> HardnessArtifact:
-    """Returns the artifact of an estimate on `scores` (fit info kept where it is [Q]).
+    """Returns the artifact of an estimate on `scores`, with its tail fits' diagnostics.
 
     Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G], k), the
     nested bootstrap's distractor-sample sds of mAP@k at those gallery sizes
     (`tailaware.protocol.prediction.distractor_sd`), or None.
     """
-    q = hardness.x.shape[0]
-    fit = {
-        name: np.asarray(v)
-        for name, v in hardness.info.items()
-        if np.shape(v) == (q,) and np.asarray(v).dtype.kind in "biuf"
-    }
+    fit = {} if hardness.fit is None else dict(hardness.fit.items())
     return _validate(
         {
             "x": np.asarray(hardness.x, np.float64),
@@ -183,7 +187,7 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
         "n_sample": np.asarray(art.n_sample, np.int64),
         "estimator": np.asarray(art.estimator),
         "metadata": np.asarray(json.dumps(art.metadata, sort_keys=True, default=str)),
-        **{f"fit_{k}": np.asarray(v) for k, v in art.fit.items()},
+        **({} if art.fit is None else {f"fit_{k}": np.asarray(v) for k, v in art.fit.items()}),
     }
     if art.query_ids is not None:
         arrays["query_ids"] = np.asarray(art.query_ids, dtype=str)
@@ -263,9 +267,14 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     fit = {}
     for name in (f for f in fields if f.startswith("fit_")):
         arr = fields[name]
+        if name[4:] not in TailFit._fields:
+            fail(name, f"not a tail-fit field; expected fit_ plus one of {list(TailFit._fields)}")
         if arr.shape != (q,) or arr.dtype.kind not in "biuf":
             fail(name, f"expected a numeric [Q] = [{q}] array, got {arr.dtype} {arr.shape}")
         fit[name[4:]] = arr
+    missing = [f"fit_{f}" for f in _FIT_REQUIRED if f not in fit]
+    if fit and missing:
+        fail(missing[0], "missing: a tail fit's fields come together (`TailFit`)")
     query_ids = fields.get("query_ids")
     if query_ids is not None:
         check_ids(query_ids, q, fail)
@@ -290,7 +299,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         n_sample=int(n_sample),
         estimator=str(estimator),
         metadata=metadata,
-        fit=fit,
+        fit=TailFit(**fit) if fit else None,
         query_ids=query_ids,
         pos_counts=pos_counts,
         atoms=atoms,

@@ -29,7 +29,7 @@ def curves(scores: SampledScores, settings: TailSettings, k: int, sizes) -> dict
     sizes = np.asarray(sizes, np.float64)
     for name, estimator in estimators.ESTIMATORS.items():
         hardness = estimator(scores, settings)
-        aps = evaluate.per_query_ap(hardness, sizes, k, scores.fixed_counts, scores)
+        aps = evaluate.per_query_aps(hardness, sizes, k, scores.fixed_counts, scores)[0]
         out[name] = [float(v) for v in aps.mean(axis=1)]
     return out
 

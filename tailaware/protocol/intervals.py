@@ -44,7 +44,7 @@ def resample_weights(num_queries: int, num_replicates: int, seed: int = 0) -> np
 
     The draws are numpy's (seeded, a few milliseconds); a replicate's mean is then one row of a
     matrix product, so all B replicates are one small jitted contraction that compiles in
-    milliseconds (drawing the indices with `jax.random` cost ~0.8 s of compilation).
+    milliseconds (drawing the indices with `jax.random` costs far more to compile).
     """
     q, b = int(num_queries), int(num_replicates)
     idx = np.random.default_rng(seed).integers(0, q, (b, q))

@@ -4,7 +4,7 @@ The S sampled distractors are a sample of the pool, and the tail fits inherit th
 (paper App. C). `nested_bootstrap` resamples each query's distractor sample with Poisson(1)
 weights (the Poisson bootstrap of all S distractors, restricted to what the estimator reads: the
 top L stored scores and the counts) and reruns the estimator from scratch
-(`functional.hardness_fn`), vmapped over replicates in one compiled program. Resampled stored
+(`estimators.Estimator.traced`), vmapped over replicates in one compiled program. Resampled stored
 scores keep their order; a positive's resampled count is the weight of the stored scores above
 it plus a nested Poisson draw for the unstored distractors above it, so counts and tail stay
 consistent. Each replicate also resamples queries, so it carries both sources; averaging the
@@ -14,6 +14,7 @@ Shapes: Q queries, P positives (padded), L stored tail scores resampled, B repli
 sizes.
 """
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from tailaware.core import buckets, law
 from tailaware.io.scores import SampledScores
-from tailaware.tail import functional
+from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
 
 # CDF of Poisson(1) at 0..19; the mass beyond (< 1e-18) is folded into 19.
@@ -126,33 +127,38 @@ def resample(key, tail, pos, counts, mask):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("k", "fn", "num_replicates", "batch_size", "threshold_quantile")
+    jax.jit, static_argnames=("k", "traced", "settings", "num_replicates", "batch_size")
 )
 def _nested(
     key,
-    tail,
-    pos,
-    counts,
-    mask,
-    fixed,
-    s,
+    c: functional.Core,
     sizes,
+    *,
     table,
     grouping,
     k,
-    fn,
+    traced,
+    settings,
     num_replicates,
     batch_size,
-    threshold_quantile,
 ):
-    q = tail.shape[0]
+    q = c.tail.shape[0]
 
     def one(key):
         k_q, k_d = jax.random.split(key)
-        t, c = resample(k_d, tail, pos, counts, mask)
-        atoms, w = fn(t, pos, c, mask, s, threshold_quantile)
+        tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
+        atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
         one_size = lambda n: buckets.expected_map(
-            atoms, mask, n, k, fixed, w, c, s, table, grouping
+            atoms,
+            c.mask,
+            n,
+            k,
+            fixed=c.fixed,
+            weights=w,
+            counts=counts,
+            n_sample=c.s,
+            table=table,
+            grouping=grouping,
         )
         aps = jax.vmap(one_size)(sizes)
         idx = jax.random.randint(k_q, (q,), 0, q)
@@ -169,46 +175,42 @@ def nested_bootstrap(
     k: int,
     sizes,
     num_replicates: int,
+    *,
     seed: int = 0,
     batch_size: int = 1,
     max_share: float = buckets.MAX_SHARE,
-) -> Nested | None:
-    """Returns nested-bootstrap replicates of mAP@k at each gallery size, or None.
+) -> Nested:
+    """Returns nested-bootstrap replicates of mAP@k at each gallery size.
 
     Every replicate resamples each query's distractor sample (Poisson weights), reruns the
     estimator and evaluates the law; it also draws a resample of queries.
 
     Args:
       scores: the sample.
-      estimator: a name `functional.hardness_fn` knows (None is returned for others).
+      estimator: a registered estimator's name (`tailaware.tail.estimators.ESTIMATORS`).
       settings: the estimator's `TailSettings`.
       k: the cut-off.
       sizes: [G] gallery sizes.
       num_replicates: B.
       seed: PRNG seed.
       batch_size: replicates vmapped together (memory ~ batch_size * G * Q * P * atoms floats).
-        One at a time is the fastest as well as the leanest on 2 cores (1,200 queries, 26 sizes,
-        20 atoms, 50 replicates: 22 s and 0.8 GB peak at 1, 22 s / 1.0 GB at 2, 27 s / 1.6 GB
-        at 4, 27 s / 2.4 GB at 8; with 60 positive slots 147 s / 1.7 GB at 1, 170 s / 8.9 GB
-        at 8); results do not depend on it.
+        One at a time is the fastest as well as the leanest on 2 cores (benchmarks/README.md,
+        "protocol.py"); results do not depend on it.
       max_share: queries are evaluated in groups of their own positive width (`buckets.groups`;
         0: never); results do not depend on it.
     """
-    fn = functional.hardness_fn(estimator, settings)
-    if fn is None:
-        return None
     c = functional.core(scores, settings)
     dist, comb = _nested(
         jax.random.key(seed),
-        *c[:6],
+        c,
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        law.rank_table(int(k)),
-        buckets.groups(c.mask, max_share),
+        table=law.rank_table(int(k)),
+        grouping=buckets.groups(c.mask, max_share),
         k=int(k),
-        fn=fn,
+        traced=estimators.get(estimator).traced,
+        settings=settings,
         num_replicates=int(num_replicates),
         batch_size=int(min(batch_size, num_replicates)),
-        threshold_quantile=c.threshold_quantile,
     )
     dist, comb = jax.device_get((dist, comb))
     return Nested(np.asarray(dist, np.float64).T, np.asarray(comb, np.float64).T)

@@ -18,13 +18,14 @@ diagnostic"):
 Shapes: Q queries, P positive slots, G gallery sizes, F threshold reruns, T other priors.
 """
 
+import functools
 from concurrent import futures
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core import evaluate, law, metrics
+from tailaware.core import buckets, evaluate, law, metrics
 from tailaware.core.results import (
     Curve,
     Diagnostics,
@@ -37,6 +38,7 @@ from tailaware.io.scores import SampledScores, load_scores
 from tailaware.protocol import baselines, budget, diagnostics, intervals, nested
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators, functional
+from tailaware.tail.settings import TailSettings
 
 
 def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
@@ -48,19 +50,19 @@ def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
 def prior_maps(hardness: Hardness, sizes, k: int, fixed, sample) -> tuple:
     """Returns (per-query AP@k [G, Q] of the estimate, its mAP@k [T, G] under its other priors on
     the tail shape, a flatter and a steeper one, or None without them) at the sizes [G], in one
-    E[AP] pass (`evaluate.per_query_ap(..., priors=True)`); `fixed` and `sample` as there."""
-    aps, *priors = evaluate.per_query_ap(hardness, sizes, k, fixed, sample, priors=True)
+    E[AP] pass (`evaluate.per_query_aps(..., priors=True)`); `fixed` and `sample` as there."""
+    aps, *priors = evaluate.per_query_aps(hardness, sizes, k, fixed, sample, priors=True)
     return aps, (np.mean(priors, axis=-1) if priors else None)
 
 
 def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
     """Returns mAP@k [F, G] of each of the `reruns` (`Hardness`, a tuple) at the sizes [G], or
-    None when there are none; `fixed` and `sample` as in `evaluate.per_query_ap`."""
+    None when there are none; `fixed` and `sample` as in `evaluate.per_query_aps`."""
     if not reruns:
         return None
     sizes = np.asarray(sizes, np.float64)
-    maps = lambda h: evaluate.per_query_ap(h, sizes, k, fixed, sample).mean(axis=1)
-    # Concurrently: a compiled E[AP] keeps ~1.2 of 2 cores busy and releases the GIL (-25%).
+    maps = lambda h: evaluate.per_query_aps(h, sizes, k, fixed, sample)[0].mean(axis=1)
+    # Concurrently: a compiled E[AP] releases the GIL and keeps only part of 2 cores busy.
     with futures.ThreadPoolExecutor(len(reruns)) as pool:
         return np.stack(list(pool.map(maps, reruns)))
 
@@ -114,22 +116,38 @@ def other_metrics(hardness: Hardness, fixed, n: float, k: int) -> OtherMetrics:
     return OtherMetrics(int(k), float(recall), float(top1))
 
 
-def subsample_predictions(subsamples, settings: PredictSettings, sizes) -> np.ndarray:
-    """Returns the configured estimator's mAP@k [len(subsamples), G] from each (sub-)sample.
+@functools.partial(jax.jit, static_argnames=("k", "traced", "settings"))
+def _core_aps(c: functional.Core, sizes, *, table, grouping, k, traced, settings):
+    atoms, w = traced(c, settings)
+    kw = dict(fixed=c.fixed, weights=w, counts=c.counts, n_sample=c.s, table=table)
+    return jax.vmap(lambda n: buckets.expected_map(atoms, c.mask, n, k, grouping=grouping, **kw))(
+        sizes
+    )
 
-    Uses the estimator's JAX core (`functional.core_predict`: one compile for all sub-sample
-    widths) when it has one, else the estimator itself.
-    """
+
+def core_aps(c: functional.Core, estimator: str, settings: TailSettings, k: int, sizes):
+    """Returns the per-query AP@k [G, Q] at `sizes` of the estimator's traced definition on the
+    fixed-shape inputs `c`: one compiled program for all sub-samples of one width."""
+    aps = _core_aps(
+        c,
+        jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
+        table=law.rank_table(int(k)),
+        grouping=buckets.groups(c.mask),
+        k=int(k),
+        traced=estimators.get(estimator).traced,
+        settings=settings,
+    )
+    return np.asarray(jax.device_get(aps), np.float64)
+
+
+def subsample_predictions(subsamples, settings: PredictSettings, sizes) -> np.ndarray:
+    """Returns the configured estimator's mAP@k [len(subsamples), G] from each (sub-)sample,
+    all at the width of the last (the full sample: `functional.core`)."""
     ref = subsamples[-1]
     out = []
     for s in subsamples:
         c = functional.core(s, settings.tail, ref)
-        got = functional.core_predict(c, settings.estimator, settings.tail, settings.k, sizes)
-        if got is None:
-            h = estimators.get(settings.estimator)(s, settings.tail)
-            sizes_ = np.asarray(sizes, np.float64)
-            got = (evaluate.per_query_ap(h, sizes_, settings.k, s.fixed_counts, s),)
-        out.append(got[0].mean(axis=1))
+        out.append(core_aps(c, settings.estimator, settings.tail, settings.k, sizes).mean(axis=1))
     return np.stack(out)
 
 
@@ -190,7 +208,13 @@ def predict(
     reps = None
     if int(opts.nested_replicates) > 0:
         reps = nested.nested_bootstrap(
-            scores, settings.estimator, settings.tail, k, sizes, opts.nested_replicates, opts.seed
+            scores,
+            settings.estimator,
+            settings.tail,
+            k,
+            sizes,
+            opts.nested_replicates,
+            seed=opts.seed,
         )
     maps = threshold_maps(scores, settings, sizes, hardness)
     unc, *bands = intervals.size_intervals(
@@ -199,12 +223,20 @@ def predict(
     verdict, fits = budget_check(scores, settings, n_target, unc.sd_query)
     drift = drift_check(settings, n_target)
     checked = None
-    if "fitted" in hardness.info:  # a tail-aware estimate: its tail against the counts
+    if hardness.fit is not None:  # a tail-aware estimate: its tail against the counts
         counts = np.where(scores.mask, scores.pos_counts, 0)
         min_count = settings.tail.min_count
         checked = diagnostics.tail_counts(hardness, counts, scores.n_sample, min_count)
     summary, raised = diagnostics.summary(
-        float(points[0]), unc, hardness, verdict, drift, k, scores.n_sample, n_target, checked
+        float(points[0]),
+        unc,
+        hardness,
+        budget=verdict,
+        drift=drift,
+        k=k,
+        n_sample=scores.n_sample,
+        n_target=n_target,
+        checked=checked,
     )
     summary = diagnostics.reconciled(scores.reconciled) + summary
     count = estimators.count(scores)

@@ -2,7 +2,7 @@
 
 `report` predicts from a sampled-scores file and writes the three files a predict or ILIAS job
 leaves in its workdir, logging each stage as it starts, every `PROGRESS_EVERY_S` seconds while it
-runs and when it ends (the prediction's nested bootstrap alone takes ~20 s at 1,000 queries);
+runs and when it ends (the nested bootstrap alone can take tens of seconds);
 `write_prediction` writes one `Prediction` (from the scores, an artifact or an exact evaluation)
 and prints its table.
 """

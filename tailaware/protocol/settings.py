@@ -57,24 +57,13 @@ class IntervalSettings:
       prior_sd: per unit of prior deviation (how far it moves under a flatter and a steeper
         prior on the tail shape, `TailSettings.prior_spread`).
 
-    (0.0, 0.5) were chosen on the dev split with the default estimator
-    (`benchmarks/interval_factors.py --target 1.0` on the dev run's validation.json;
-    docs/validation.md): the narrowest pair of the grid (0-4 x 0-3 in steps of 1/2) whose 90%
-    interval held the realized truth in every draw of every dev cell (3 draws in each of 12
-    cells), median half-width 0.0241; (0.5, 0.5) and (1.0, 0.5) also covered every draw, at
-    0.0242 and 0.0246 (three draws a cell cannot tell them apart); no pair without the prior
-    term did. Before the tail was conditioned on the scores' bound
-    (`TailSettings.score_bound`) the same rule chose (1.0, 0.5), 0.0246; with the averaged
-    estimator at the 0.95 quantile (before `TailSettings.averaged_quantile`) (4.0, 0.0),
-    0.0294; the earlier (2.5, 1.5), chosen on the simulator alone, covered every draw at 0.0351.
-    With the prior's shift (`TailSettings.eb_shift`) the rule picks (0.0, 0.0), every dev draw
-    inside its sampling interval (0.0148; (0.0, 0.5) 0.0238): kept at (0.0, 0.5), decided before
-    the test run, because dev then shows almost no bias for a model term to measure
-    (docs/validation.md, "The interval on dev and test"). A factor of 0 leaves its term out of
-    the interval (both terms are still measured and reported: THRESHOLD SENSITIVE, PRIOR
-    SENSITIVE). The factors are chosen for the default estimator: the plug-in `evt` has no prior
-    term, so at (0.0, 0.5) it reports its sampling interval alone (set `threshold_sd`, e.g.
-    `--config.intervals.threshold_sd=1`, to widen it).
+    A factor of 0 leaves its term out of the interval (both terms are still measured and
+    reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE). The defaults are chosen on the dev split for
+    the default estimator, as the narrowest pair whose interval held every dev draw
+    (`benchmarks/interval_factors.py`; docs/validation.md, "The interval on dev and test", has
+    the figures and why the pair is kept where the rule now picks (0, 0)). The plug-in `evt` has
+    no prior term, so at these factors it reports its sampling interval alone (set
+    `threshold_sd` to widen it).
     """
 
     threshold_sd: float = 0.0

@@ -4,9 +4,7 @@ Scores computed or stored at low precision (float16 similarities, scores rounded
 decimals) sit on a grid: in float16 near 0.8 the grid step is 2^-11 ~ 0.0005, and the top 200 of
 a 5% sample of 100M span only tens of steps, so most excesses repeat a neighbour. A GPD fitted
 to such excesses reads the pile-up of equal values at the top as a hard edge and extrapolates a
-tail far too short: on the simulator (`kumaraswamy` laws, 500 queries, N = 10^8) float16 tail
-scores move the prediction by +0.010 at a 5% sample and +0.016 at 1% (float32 scores: +0.002,
-+0.007 from the truth).
+tail far too short (docs/validation.md, "Rounded scores").
 
 A rounded value v stands for a true score in (v - d/2, v + d/2], d the grid step. Where a row's
 kept scores are visibly rounded (more than `tie_share` of them equal their neighbour), each run
@@ -14,12 +12,11 @@ of t equal values is spread evenly over that interval, at v + d (1/2 - (i + 1/2)
 i = 0 .. t - 1, with d the row's smallest gap between distinct values (its grid step; where
 float16 scores cross a power of two, the finer step: a run then covers half its bin). The top
 run is spread below its value only, over [v - d/2, v]: a bounded law's endpoint may lie inside
-the top bin, and spreading above the rounded maximum lengthens short tails (on the `stress`
-simulator, queries whose top 200 scores span under 10 float16 steps: -0.014 of mAP@1000 at 5%;
-with the top run kept at or below v, +0.0001). The descending order and the stored values'
-bins are kept; the file and every positive's count are untouched (the spreading is the
-estimator's view of the tail only), and continuous scores (float32 similarities tie only
-occasionally, well under `TIE_SHARE`, the default) are returned as they are.
+the top bin, and spreading above the rounded maximum lengthens short tails. The descending
+order and the stored values' bins are kept; the file and every positive's count are untouched
+(the spreading is the estimator's view of the tail only), and continuous scores (float32
+similarities tie only occasionally, well under `TIE_SHARE`, the default) are returned as they
+are.
 """
 
 import numpy as np

@@ -1,53 +1,103 @@
-"""Hardness estimators: from a distractor sample to per-positive hardness x = P(score > s).
+"""Hardness estimators: a registry of small objects, each estimator defined once.
 
-Each estimator maps a `SampledScores` and the `TailSettings` to a `Hardness`; the law then turns
-it into mAP@k at any gallery size. The simple ones live here; the tail-aware (EVT) ones in
-`evt.py`.
+An estimator turns one sample's inputs (`functional.Core`: each query's top stored scores, the
+positives' scores and sampled counts, S) into a posterior over every positive's hardness
+x = P(distractor score > s), as weighted atoms (a point estimate is one atom of weight 1). That
+traced function (`Estimator.traced`) is the estimator: the nested bootstrap and the budget
+check rerun it on resampled and sub-sampled inputs, and the estimate on a sampled-scores file
+(`estimate`) runs the same definition, the tail-aware ones with their fit diagnostics and
+threshold reruns (`evt.estimate`, built on the same `evt.tail_hardness`).
 
 - `count`: x = K / S, the Krichene-Rendle count estimator specialised to top rank. Blind below
   1 / S: every positive that no sampled distractor beats gets x = 0 (paper Sec. 4).
 - `homogeneous`: one x per query, the pooled fraction sum_j K_j / (n_pos S) for every positive
   (the single-x model the paper shows collapsing at large N, Fig. 2).
-- `evt`, `evt_averaged`: the tail-aware estimators (`evt.evt`, `evt.evt_averaged`).
+- `evt`: the paper's tail-aware estimator, the plug-in GPD fit (Appendix B).
+- `evt_averaged`: the tail-aware posterior over the GPD shape (the default; `evt`).
+
+To add one, write its traced function and register an `Estimator` (docs/architecture.md).
 """
 
+import dataclasses
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tailaware.core.results import Hardness
 from tailaware.io.scores import SampledScores
-from tailaware.tail import evt
+from tailaware.tail import evt, functional
 from tailaware.tail.settings import TailSettings
 
 
-def count(scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
-    """Returns x = K / S (the count estimator)."""
+class Estimator(NamedTuple):
+    """A registered hardness estimator.
+
+    Attributes:
+      name: its registry key.
+      traced: (core: `functional.Core`, settings: `TailSettings`) -> (atoms [Q, P, A], weights
+        [Q, A]), pure JAX: the estimator itself, 0 at padding.
+      tail: the tail model (`evt.METHODS`) behind it, or None. An estimator with a tail also has
+        threshold reruns, the interval's threshold term; "mean" also the prior term.
+    """
+
+    name: str
+    traced: Callable
+    tail: str | None = None
+
+    def __call__(self, scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
+        """Returns the estimate on `scores` (`estimate`, without reruns)."""
+        return estimate(scores, self.name, settings or TailSettings(), reruns=False)
+
+
+def _one_atom(x):
+    return x[:, :, None], jnp.ones((x.shape[0], 1), x.dtype)
+
+
+def _count(c: functional.Core, settings: TailSettings):
     del settings
-    mask = scores.mask
-    x = np.where(mask, scores.pos_counts, 0) / float(scores.n_sample)
-    return Hardness(x, mask, np.zeros_like(mask), {})
+    return _one_atom(jnp.where(c.mask, c.counts / c.s, 0.0))
 
 
-def homogeneous(scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
-    """Returns one pooled hardness per query, sum_j K_j / (n_pos S), for all its positives."""
+def _homogeneous(c: functional.Core, settings: TailSettings):
     del settings
-    mask = scores.mask
-    k = np.where(mask, scores.pos_counts, 0).sum(axis=1)
-    xq = k / (mask.sum(axis=1) * float(scores.n_sample))
-    x = np.where(mask, xq[:, None], 0.0)
-    return Hardness(x, mask, np.zeros_like(mask), {})
+    k = jnp.sum(jnp.where(c.mask, c.counts, 0.0), axis=1, keepdims=True)
+    n = jnp.maximum(jnp.sum(c.mask, axis=1, keepdims=True), 1).astype(c.counts.dtype)
+    return _one_atom(jnp.where(c.mask, k / (n * c.s), 0.0))
 
 
-ESTIMATORS: dict[str, Callable[[SampledScores, TailSettings], Hardness]] = {
-    "count": count,
-    "homogeneous": homogeneous,
-    "evt": evt.evt,
-    "evt_averaged": evt.evt_averaged,
+def _tail(method: str) -> Callable:
+    """Returns the traced tail-aware estimator with tail model `method` (`evt.tail_hardness`)."""
+
+    def traced(c: functional.Core, settings: TailSettings):
+        # The threshold at q' of this (sub-)sample's kept scores (`functional.core`); the
+        # averaged posterior keeps the same share of its excesses as on the full sample.
+        averaged = 1.0 - evt.averaged_share(settings) * (1.0 - c.threshold_quantile)
+        at_q = dataclasses.replace(
+            settings, threshold_quantile=c.threshold_quantile, averaged_quantile=averaged
+        )
+        est = evt.tail_hardness(c.pos, c.counts, c.mask, c.tail, c.s, at_q, method)
+        atoms = evt.priced_atoms(est.log_atoms, est.priced, c.counts, c.s, c.mask)
+        return jnp.where(c.mask[..., None], atoms, 0.0), est.weights
+
+    return traced
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    e.name: e
+    for e in (
+        Estimator("count", _count),
+        Estimator("homogeneous", _homogeneous),
+        Estimator("evt", _tail("mle"), tail="mle"),
+        Estimator("evt_averaged", _tail("mean"), tail="mean"),
+    )
 }
 
 
-def get(name: str) -> Callable[[SampledScores, TailSettings], Hardness]:
+def get(name: str) -> Estimator:
     """Returns the estimator called `name`."""
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
@@ -56,15 +106,34 @@ def get(name: str) -> Callable[[SampledScores, TailSettings], Hardness]:
 
 def tail_method(name: str) -> str | None:
     """Returns the tail model (`evt.METHODS`) behind an estimator name, None without one (count,
-    homogeneous): the estimators whose intervals have threshold and distractor terms."""
-    get(name)
-    return evt.ESTIMATOR_METHODS.get(name)
+    homogeneous): the estimators whose intervals have threshold terms."""
+    return get(name).tail
 
 
-def estimate(scores: SampledScores, name: str, settings: TailSettings) -> Hardness:
-    """Returns estimator `name`'s `Hardness`, with its threshold reruns (and prior terms) when it
-    has a tail model (one compiled program, `evt.estimate`): what the reported interval needs."""
-    method = tail_method(name)
-    if method is None:
-        return get(name)(scores, settings)
-    return evt.estimate(scores, settings, method, reruns=True)
+count, homogeneous = ESTIMATORS["count"], ESTIMATORS["homogeneous"]
+
+
+@functools.partial(jax.jit, static_argnames=("traced", "settings"))
+def _run(c, traced, settings):
+    return traced(c, settings)
+
+
+def estimate(
+    scores: SampledScores, name: str, settings: TailSettings, reruns: bool = True
+) -> Hardness:
+    """Returns estimator `name`'s `Hardness` on `scores`.
+
+    A tail-aware estimator returns its fit diagnostics and, with `reruns`, its threshold reruns
+    and prior terms (`evt.estimate`: what the reported interval needs); the others run their
+    traced definition on the whole sample.
+    """
+    est = get(name)
+    if est.tail is not None:
+        return evt.estimate(scores, settings, est.tail, reruns=reruns)
+    atoms, _ = jax.device_get(_run(functional.core(scores, settings), est.traced, settings))
+    mask = scores.mask
+    return Hardness(
+        x=np.where(mask, np.asarray(atoms[..., 0], np.float64), 0.0),
+        mask=mask,
+        tail_priced=np.zeros_like(mask),
+    )

@@ -14,19 +14,18 @@ Two ways to turn the fit into P(Y > y):
   u + sigma / -xi the tail probability is exactly 0, which in the paper happens for 20-30% of
   fits and makes a positive "immune" at every gallery size.
 * `evt_averaged` (the default) keeps the whole posterior over the tail instead of one fit:
-  weights over a grid of xi in [-0.95, 0] from the likelihood with the scale integrated out
-  (`posterior`), one hardness atom per xi. The law's prediction averages E[AP] over the atoms
-  (`law.expected_map`), the posterior predictive of the metric, rather than plugging in one
-  hardness: AP is far from linear in x across the decades a tail extrapolation spans, so the
-  plug-in of even an unbiased x is biased. `Hardness.x` reports the posterior mean. Every xi near
-  0 keeps unbounded support, so no positive is priced a hard 0. The prior on xi leans towards
-  the longer tails (`TailSettings.xi_tilt`). Its threshold is the paper's unless a GPD does not
-  fit the excesses there (an Anderson-Darling test, `select_threshold`): a near-duplicate
-  cluster far above the bulk of the excesses, for one, makes the fitted tail look long and
-  over-prices every positive; the threshold then moves up to keep half or a quarter of the
-  excesses. On the score-level simulator (`tailaware.sim.simulate`, paper regime, kumaraswamy
-  laws, 5% samples) the bias of predicted mAP@1000 is -0.001 against the plug-in's +0.019;
-  docs/validation.md has the full study.
+  weights over a grid of xi in [-0.95, `TailSettings.xi_max`] from the likelihood with the scale
+  integrated out (`posterior`), one hardness atom per xi, under a prior over xi fitted to the
+  whole benchmark (empirical Bayes, `empirical_bayes_prior`). The law's prediction averages
+  E[AP] over the atoms (`law.expected_map`), the posterior predictive of the metric, rather than
+  plugging in one hardness: AP is far from linear in x across the decades a tail extrapolation
+  spans, so the plug-in of even an unbiased x is biased. `Hardness.x` reports the posterior
+  mean. The tail is conditioned on the scores' bound (`TailSettings.score_bound`), so no
+  positive below it is priced a hard 0. Its threshold is at `averaged_quantile` unless a GPD
+  does not fit the excesses there (an Anderson-Darling test, `select_threshold`): a
+  near-duplicate cluster far above the bulk of the excesses, for one, makes the fitted tail look
+  long and over-prices every positive; the threshold then moves up to keep half or a quarter of
+  the excesses. docs/validation.md compares the two.
 
 `estimate(..., reruns=True)` also reruns either with half and twice the excesses: how far the
 prediction moves with the threshold is the tail model's own error, which the reported intervals
@@ -48,12 +47,13 @@ and the count switch are discrete and carry no gradient.
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
 from tailaware.tail import dequantize, gpd
 from tailaware.tail.settings import TailSettings
@@ -63,14 +63,9 @@ from tailaware.tail.settings import TailSettings
 MIN_EXCESSES = 10
 # Grid over xi in [XI_MIN, 0] for the averaged estimator (see `posterior`): nearly the whole range
 # where the GPD likelihood is bounded (xi > -1), short tails such as a uniform-like edge included.
-# A grid stopping at the regular range's -1/2 reads every shorter tail as -1/2 and over-prices its
-# positives by decades when the top M reach deep into a small sample: on the simulator
-# (docs/validation.md, "Other tail shapes", `benchmarks/tail_families.py --grid sizes`) exact
-# GPD and beta tails at a GLDv2-sized pool (N = 759k, 5% sample) read -0.18 / -0.20 with it,
-# -0.06 / -0.03 without. The price: each atom prices at its profiled scale, whose endpoint sits
-# near the sample maximum for xi < -1/2, so deep positives of truly short tails come out
-# under-priced at N = 1e8 from 0.05-1% samples (+0.03..+0.15 there; docs/validation.md has the
-# cells).
+# A grid stopping at the regular range's -1/2 over-prices the positives of every shorter tail by
+# decades when the top M reach deep into a small sample; the price is some under-pricing of deep
+# positives of truly short tails (docs/validation.md, "Other tail shapes").
 XI_GRID_SIZE = 20
 XI_MIN = -0.95
 # Threshold selection (`select_threshold`): where the excesses over the q-quantile fail a
@@ -371,16 +366,12 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, met
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    mask = ~jnp.isnan(pos_scores)
+    counts = jnp.zeros_like(pos_scores)  # which positives the tail prices plays no part here
+    est = tail_hardness(pos_scores, counts, mask, tail_scores, n_sample, settings, method)
     if method == "mean":
-        return _log_mean(*posterior(pos_scores, tail_scores, n_sample, settings))
-    u, y, mask = excesses(tail_scores, settings.threshold_quantile)
-    fit = jax.vmap(gpd.fit)(y, mask)
-    return _plug_in_log_x(pos_scores, u, mask, n_sample, fit.xi, fit.sigma)
-
-
-def _diagnostics(tail_scores, threshold_quantile, stack_main=True):
-    """The body of `diagnostics`, as JAX arrays (traced inside the estimator's jit)."""
-    return _fit_info(*_stability_fits(tail_scores, threshold_quantile, stack_main))
+        return _log_mean(est.log_atoms, est.weights)
+    return est.log_atoms[..., 0]
 
 
 def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
@@ -389,10 +380,9 @@ def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
 
     The two threshold-stability refits run as one vmapped fit over [2 Q] problems padded to one
     width; with `stack_main` the main fit joins them ([3 Q] problems): one fitter in the
-    compiled program instead of two (each costs ~1.5 s of XLA compilation). Padding with
-    masked-out entries changes a fit only by float rounding, but that can tip a flat profile, so
-    where the plug-in fit prices positives (`evt`) the main fit stays unpadded, bit for bit the
-    one `log_tail_prob` and the nested bootstrap make.
+    compiled program instead of two. Padding with masked-out entries changes a fit only by float
+    rounding, but that can tip a flat profile, so where the plug-in fit prices positives (`evt`)
+    the main fit stays unpadded, bit for bit the one `tail_hardness` makes.
     """
     u, y, mask = excesses(tail_scores, threshold_quantile)
     others = [excesses(tail_scores, threshold_quantile, f) for f in STABILITY_FACTORS]
@@ -411,112 +401,43 @@ def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
     return u, fit, others, refits
 
 
-def _fit_info(u, fit, others, refits):
-    """Returns `diagnostics`' fields from `_stability_fits`' outputs."""
-    del others
-    info = {
-        "u": u,
-        "n_exceed": fit.n,
-        "xi": fit.xi,
-        "sigma": fit.sigma,
-        "endpoint": u + fit.endpoint,
-        "loglik": fit.loglik,
-        "at_xi0": fit.at_xi0,
-        "at_xi_minus1": fit.at_xi_minus1,
-        "converged": fit.converged,
-    }
+def _tail_fit(u, fit, refits) -> TailFit:
+    """Returns the fit fields of `TailFit` from `_stability_fits`' outputs."""
     se = gpd.xi_standard_error(fit.xi, fit.n)
     stable = jnp.ones_like(fit.converged)
-    for name, refit in zip(("xi_half", "xi_double"), refits, strict=True):
+    for refit in refits:
         se_k = gpd.xi_standard_error(refit.xi, refit.n)
         stable = stable & (jnp.abs(refit.xi - fit.xi) <= 2.0 * jnp.maximum(se, se_k))
-        info[name] = refit.xi
-    info["xi_se"] = se
-    info["stable"] = stable
-    return info
+    xi_half, xi_double = (refit.xi for refit in refits)
+    return TailFit(
+        u=u,
+        n_exceed=fit.n,
+        xi=fit.xi,
+        sigma=fit.sigma,
+        endpoint=u + fit.endpoint,
+        loglik=fit.loglik,
+        at_xi0=fit.at_xi0,
+        at_xi_minus1=fit.at_xi_minus1,
+        converged=fit.converged,
+        xi_half=xi_half,
+        xi_double=xi_double,
+        xi_se=se,
+        stable=stable,
+    )
 
 
-_diagnostics_jit = jax.jit(_diagnostics, static_argnames=("threshold_quantile",))
+@functools.partial(jax.jit, static_argnames=("threshold_quantile",))
+def _diagnostics_jit(tail_scores, threshold_quantile):
+    u, fit, _, refits = _stability_fits(tail_scores, threshold_quantile)
+    return _tail_fit(u, fit, refits)
 
 
-def diagnostics(tail_scores, threshold_quantile=0.95) -> dict:
-    """Returns per-query fit diagnostics, name -> [Q] numpy array.
-
-    Keys: u (threshold), n_exceed, xi, sigma, endpoint (in score units, u + sigma / -xi; inf at
-    xi = 0), loglik, at_xi0, at_xi_minus1, converged, xi_se (asymptotic standard error), and the
-    threshold-stability check: xi refitted with the excess count halved (xi_half) and doubled
-    (xi_double); `stable` is False when either moves by more than 2 standard errors of the less
-    precise of the two fits. (Bounded score laws drift in xi with the threshold by nature, the
-    penultimate effect, so the check is deliberately not stricter.)
-    """
-    info = _diagnostics_jit(jnp.asarray(tail_scores), threshold_quantile=threshold_quantile)
-    return {k: np.asarray(v) for k, v in jax.device_get(info).items()}
-
-
-@functools.partial(jax.jit, static_argnames=("settings", "method", "reruns"))
-def _estimate_jit(pos_scores, tail_scores, n_sample, settings: TailSettings, method, reruns):
-    """Returns (log x [Q, P], info, log atoms, weights, the reruns' outputs or None).
-
-    With `reruns`, the estimator is also rerun with the excess count scaled by each of
-    `STABILITY_FACTORS`, all in the widest factor's slots (padding changes no result): log atoms
-    [F, Q, P, A], weights [F, Q, A], thresholds u [F, Q] and fitted [F, Q]. Method "mean" then
-    runs its posterior once, vmapped over the factors (1, *STABILITY_FACTORS), so the reruns
-    cost no compilation of their own (the batched estimate equals the plain one up to float32
-    rounding: relative 1e-5 in x).
-    """
-    threshold_quantile = settings.threshold_quantile
-    fits = _stability_fits(tail_scores, threshold_quantile, stack_main=method == "mean")
-    info = _fit_info(*fits)
-    dtype = tail_scores.dtype
-    factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
-    share = averaged_share(settings)  # the posterior's excesses per default threshold's
-    # Slots for the widest of the default thresholds' and the posterior's excesses.
-    width = _width(tail_scores.shape[1], threshold_quantile, max(factors) * max(1.0, share))
-
-    if method == "mean":
-
-        def one(factor):
-            post = _posterior(pos_scores, tail_scores, n_sample, settings, factor, width)
-            u, _, mask = excesses(tail_scores, threshold_quantile, factor, width)
-            return *post, u, jnp.any(mask, axis=1)  # u: the default threshold, as in `estimate`
-
-        atoms, weights, n_u, ad, eb, u, fit = jax.vmap(one)(jnp.asarray(factors, dtype))
-        q_ones = jnp.ones_like(n_u[0])
-        # The posterior's own default threshold (before a goodness-of-fit raise).
-        _, _, default_mask = excesses(tail_scores, threshold_quantile, share, width)
-        info = {
-            **info,
-            "n_exceed_posterior": jnp.sum(default_mask, axis=1).astype(dtype),
-            "n_exceed_selected": n_u[0],
-            "ad": ad[0, 0],
-            "prior_mean": eb[0, 0] * q_ones,  # the benchmark's, on every query's row
-            "prior_sd": eb[0, 1] * q_ones,
-        }
-        extra = (atoms[1:], weights[1:], u[1:], fit[1:]) if reruns else None
-        return _log_mean(atoms[0], weights[0]), info, atoms[0], weights[0], extra
-    # The plug-in tail is the diagnostics' fit (`log_tail_prob`'s, computed once).
-    u, _, mask = excesses(tail_scores, threshold_quantile)
-    log_x = _plug_in_log_x(pos_scores, u, mask, n_sample, info["xi"], info["sigma"])
-    if not reruns:
-        return log_x, info, None, None, None
-    # The plug-in reruns are the diagnostics' threshold-stability refits.
-    _, _, others, refits = fits
-    log_xs = [
-        _plug_in_log_x(pos_scores, u_f, mask_f, n_sample, refit.xi, refit.sigma)[..., None]
-        for (u_f, _, mask_f), refit in zip(others, refits, strict=True)
-    ]
-    ones = jnp.ones((len(refits), tail_scores.shape[0], 1), dtype)
-    us = jnp.stack([u_f for u_f, _, _ in others])
-    fitted = jnp.stack([jnp.any(mask_f, axis=1) for _, _, mask_f in others])
-    return log_x, info, None, None, (jnp.stack(log_xs), ones, us, fitted)
-
-
-def _host_inputs(scores: SampledScores, settings: TailSettings):
-    """Returns (positive scores [Q, P], kept tail [Q, M'], counts [Q, P] (0 at padding), S)."""
-    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)], settings.tie_share)
-    counts = np.where(scores.mask, scores.pos_counts, 0)
-    pos = np.asarray(scores.pos_scores, np.float32)
-    return pos, tail, counts, float(scores.n_sample)
+def diagnostics(tail_scores, threshold_quantile=0.95) -> TailFit:
+    """Returns the per-query GPD fits of `tail_scores` [Q, M] at the `threshold_quantile` with
+    their threshold stability: a `TailFit` of numpy arrays whose estimate and posterior fields
+    are None."""
+    fit = _diagnostics_jit(jnp.asarray(tail_scores), threshold_quantile=threshold_quantile)
+    return jax.tree.map(np.asarray, jax.device_get(fit))
 
 
 def tail_priced(mask, pos, counts, u, fitted, min_count: int):
@@ -525,71 +446,202 @@ def tail_priced(mask, pos, counts, u, fitted, min_count: int):
     The tail prices a real positive (`mask` [Q, P]) when fewer than `min_count` sampled
     distractors beat it (`counts` [Q, P]), its score `pos` [Q, P] lies at or above its query's
     threshold u [Q], and the query's tail was `fitted` [Q] (some stored score lies above u).
-    numpy and JAX arrays alike (the estimate and its traced form in `functional` share it).
+    numpy and JAX arrays alike.
     """
     return mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
 
 
-def _atoms(log_atoms, weights, tail_priced, x_count):
-    """Returns float64 atoms [Q, P, A] (the count's x [Q, P] where the tail does not price) and
-    weights [Q, A] renormalised in float64 (they come from a float32 softmax)."""
+def priced_atoms(log_atoms, priced, counts, n_sample, mask, xp=jnp):
+    """Returns the hardness atoms [Q, P, A]: the tail's exp(`log_atoms`) where it prices a
+    positive (`priced` [Q, P]), the count K / S elsewhere, 0 at padding. `xp`: jax.numpy when
+    traced, numpy for the host's float64 atoms."""
+    x_count = xp.where(mask, counts / n_sample, 0.0)[..., None]
+    return xp.where(priced[..., None], xp.exp(log_atoms), x_count)
+
+
+class TailEstimate(NamedTuple):
+    """`tail_hardness`' traced result (Q queries, P positives, A atoms).
+
+    Attributes:
+      log_atoms: [Q, P, A] the tail's log hardness of every positive (-inf at padding); the
+        positives it does not price keep their counts (`priced_atoms`).
+      weights: [Q, A] the atoms' weights (one atom of weight 1 for the plug-in).
+      priced: [Q, P] which positives the tail prices (`tail_priced`).
+      u: [Q] the default threshold (it decides which positives the tail prices).
+      fitted: [Q] some stored score lies above u.
+      n_selected, ad, prior: the averaged estimator's selected excess count [Q], the
+        Anderson-Darling statistics [F, Q] of its threshold candidates and its empirical-Bayes
+        prior's (mean, sd); None for the plug-in.
+    """
+
+    log_atoms: jax.Array
+    weights: jax.Array
+    priced: jax.Array
+    u: jax.Array
+    fitted: jax.Array
+    n_selected: jax.Array | None = None
+    ad: jax.Array | None = None
+    prior: jax.Array | None = None
+
+
+def tail_hardness(
+    pos, counts, mask, tail, n_sample, settings: TailSettings, method: str, factor=1.0, width=None
+) -> TailEstimate:
+    """Returns the tail-aware estimate of one sample, traced: the one definition that the
+    estimate (with its reruns), the nested bootstrap and the budget check all run.
+
+    Args:
+      pos: [Q, P] positive scores; counts: [Q, P] sampled distractors above each; mask: [Q, P]
+        real positives.
+      tail: [Q, M] kept sampled scores, descending, -inf padded.
+      n_sample: S.
+      settings: the tail settings (q, M's use, the prior, `min_count`).
+      method: the tail model, "mle" (plug-in, `evt`) or "mean" (the posterior, `evt_averaged`).
+      factor, width: scale the default threshold's excess count, in W = `width` slots
+        (`excesses`): the threshold reruns.
+    """
+    pos_nan = jnp.where(mask, pos, jnp.nan)
+    u, y, ex_mask = excesses(tail, settings.threshold_quantile, factor, width)
+    fitted = jnp.any(ex_mask, axis=1)
+    priced = tail_priced(mask, pos, counts, u, fitted, settings.min_count)
+    if method == "mean":
+        log_atoms, weights, n_selected, ad, prior = _posterior(
+            pos_nan, tail, n_sample, settings, factor, width
+        )
+        return TailEstimate(log_atoms, weights, priced, u, fitted, n_selected, ad, prior)
+    fit = jax.vmap(gpd.fit)(y, ex_mask)
+    log_x = _plug_in_log_x(pos_nan, u, ex_mask, n_sample, fit.xi, fit.sigma)
+    ones = jnp.ones((tail.shape[0], 1), tail.dtype)
+    return TailEstimate(log_x[..., None], ones, priced, u, fitted)
+
+
+@functools.partial(jax.jit, static_argnames=("settings", "method", "reruns"))
+def _estimate_jit(pos, counts, mask, tail, n_sample, settings: TailSettings, method, reruns):
+    """Returns (the fit diagnostics, the estimate, its reruns or None, the estimate's log
+    posterior-mean hardness [Q, P]), traced.
+
+    With `reruns`, the estimator is also rerun with the excess count scaled by each of
+    `STABILITY_FACTORS`. Method "mean" runs `tail_hardness` once, vmapped over the factors
+    (1, *STABILITY_FACTORS) in the widest factor's slots (padding changes no result), so the
+    reruns cost no compilation of their own; the plug-in's reruns are the diagnostics'
+    threshold-stability refits.
+    """
+    q = settings.threshold_quantile
+    u, fit, others, refits = _stability_fits(tail, q, stack_main=method == "mean")
+    diag = _tail_fit(u, fit, refits)
+    if method == "mean":
+        factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
+        # Slots for the widest of the default thresholds' and the posterior's excesses.
+        width = _width(tail.shape[1], q, max(factors) * max(1.0, averaged_share(settings)))
+        one = lambda f: tail_hardness(pos, counts, mask, tail, n_sample, settings, method, f, width)
+        every = jax.vmap(one)(jnp.asarray(factors, tail.dtype))
+        main = jax.tree.map(lambda a: a[0], every)
+        _, _, default_mask = excesses(tail, q, averaged_share(settings), width)
+        diag = diag._replace(
+            n_exceed_posterior=jnp.sum(default_mask, axis=1).astype(tail.dtype),
+            n_exceed_selected=main.n_selected,
+            ad=main.ad[0],
+            prior_mean=jnp.full_like(u, main.prior[0]),  # the benchmark's, on every row
+            prior_sd=jnp.full_like(u, main.prior[1]),
+        )
+        rest = jax.tree.map(lambda a: a[1:], every) if reruns else None
+        return diag, main, rest, _log_mean(main.log_atoms, main.weights)
+    main = tail_hardness(pos, counts, mask, tail, n_sample, settings, method)
+    log_x = main.log_atoms[..., 0]
+    if not reruns:
+        return diag, main, None, log_x
+    reps = []
+    for (u_f, _, mask_f), refit in zip(others, refits, strict=True):
+        log_f = _plug_in_log_x(
+            jnp.where(mask, pos, jnp.nan), u_f, mask_f, n_sample, refit.xi, refit.sigma
+        )
+        fitted = jnp.any(mask_f, axis=1)
+        priced = tail_priced(mask, pos, counts, u_f, fitted, settings.min_count)
+        reps.append(TailEstimate(log_f[..., None], main.weights, priced, u_f, fitted))
+    return diag, main, jax.tree.map(lambda *a: jnp.stack(a), *reps), log_x
+
+
+def _host_inputs(scores: SampledScores, settings: TailSettings):
+    """Returns (positive scores [Q, P], counts [Q, P] (0 at padding), kept tail [Q, M'], S)."""
+    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)], settings.tie_share)
+    counts = np.where(scores.mask, scores.pos_counts, 0)
+    pos = np.asarray(scores.pos_scores, np.float32)
+    return pos, counts, tail, float(scores.n_sample)
+
+
+def _host_atoms(est, counts, n_sample, mask):
+    """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
+    renormalised in float64 (they come from a float32 softmax)."""
     with np.errstate(under="ignore"):
-        atoms = np.exp(np.asarray(log_atoms, np.float64))
-    atoms = np.where(tail_priced[:, :, None], atoms, x_count[:, :, None])
-    weights = np.asarray(weights, np.float64)
+        log_atoms = np.asarray(est.log_atoms, np.float64)
+        atoms = priced_atoms(log_atoms, est.priced, counts, n_sample, mask, xp=np)
+    weights = np.asarray(est.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
 
 def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns: bool = False):
-    """Returns the tail-aware `Hardness` with the tail model `method` (see `log_tail_prob`).
+    """Returns the tail-aware `Hardness` with the tail model `method` ("mle" or "mean").
 
     With `reruns`, its `reruns` hold the estimate rerun with half and twice the excesses over
     its threshold (`STABILITY_FACTORS`; threshold selection included). A GPD is a model of the
     tail only asymptotically: a bounded score law's fitted shape drifts with the threshold (the
     penultimate effect), and how far the prediction moves with it is the usual measure of the
     tail model's own error, which no resampling of the data sees (the reported interval widens
-    by it, `tailaware.protocol.intervals`). The reruns price positives as the estimate does, by the
-    tail above their own threshold and by counts elsewhere, and carry no diagnostics (`info` is
-    empty). They share the estimate's compiled program. Method "mean" also returns, with the
-    reruns, its weights under a flatter and a steeper prior on xi (`prior_weights`).
+    by it, `tailaware.protocol.intervals`). The reruns price positives as the estimate does, by
+    the tail above their own threshold and by counts elsewhere, and carry no diagnostics. Method
+    "mean" also returns, with the reruns, its weights under a flatter and a steeper prior on xi
+    (`prior_weights`).
 
-    `settings` gives M (`top_m`), q (`threshold_quantile`), `min_count` and the prior.
-    `info` holds the keys of `diagnostics` plus, per query, fitted (a tail was fitted: some
-    stored score lies above the threshold; otherwise every positive keeps its count),
-    share_tail_priced (positives priced by the tail), share_beyond_endpoint (tail-priced
-    positives above the plug-in endpoint) and share_zero (tail-priced positives with hardness
-    exactly 0; always 0 for method "mean"). Method "mean" adds n_exceed_posterior (the excesses
-    over its own default threshold, at `averaged_quantile`), n_exceed_selected (the excesses
-    over the threshold `select_threshold` chose; n_exceed_posterior where the default passed),
-    ad (the Anderson-Darling statistic at the default threshold) and prior_mean, prior_sd (the
-    empirical-Bayes prior's, the same on every row; NaN for the tilt prior).
+    `settings` gives M (`top_m`), q (`threshold_quantile`), `min_count` and the prior. `fit`
+    holds the per-query diagnostics (`TailFit`).
     """
     mask = scores.mask
-    pos, tail, counts, s = _host_inputs(scores, settings)
-
-    out = jax.device_get(_estimate_jit(pos, tail, s, settings, method, reruns))
-    log_x, info, log_atoms, weights, extra = out
-    log_x = np.asarray(log_x, np.float64)
-    info = {k: np.asarray(v) for k, v in info.items()}
-    fitted = (info["n_exceed"] > 0) & (info["sigma"] > 0)
-    priced = tail_priced(mask, pos, counts, info["u"], fitted, settings.min_count)
+    pos, counts, tail, s = _host_inputs(scores, settings)
+    diag, main, rest, log_x = jax.device_get(
+        _estimate_jit(pos, counts, mask, tail, s, settings, method, reruns)
+    )
+    diag = jax.tree.map(np.asarray, diag)
+    priced = np.asarray(main.priced)
     with np.errstate(under="ignore"):
-        x_tail = np.exp(log_x)
-    x = np.where(priced, x_tail, counts / s)
-    x = np.where(mask, x, 0.0)
+        x_tail = np.exp(np.asarray(log_x, np.float64))
+    x = np.where(mask, np.where(priced, x_tail, counts / s), 0.0)
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
-    beyond = priced & (np.where(mask, pos, -np.inf) > info["endpoint"][:, None])
-    info["fitted"] = fitted
-    info["share_tail_priced"] = priced.sum(axis=1) / n_pos
-    info["share_beyond_endpoint"] = beyond.sum(axis=1) / n_pos
-    info["share_zero"] = (mask & (x == 0) & priced).sum(axis=1) / n_pos
-    others = () if extra is None else tuple(_reruns(mask, pos, counts, settings, s, *extra))
-    if log_atoms is None:
-        return Hardness(x, mask, priced, info, reruns=others)
-    atoms = _atoms(log_atoms, weights, priced, x)
-    priors = prior_weights(atoms[1], settings) if reruns else None
-    return Hardness(x, mask, priced, info, *atoms, others, priors)
+    beyond = priced & (np.where(mask, pos, -np.inf) > diag.endpoint[:, None])
+    diag = diag._replace(
+        fitted=np.asarray(main.fitted),
+        share_tail_priced=priced.sum(axis=1) / n_pos,
+        share_beyond_endpoint=beyond.sum(axis=1) / n_pos,
+        share_zero=(mask & (x == 0) & priced).sum(axis=1) / n_pos,
+    )
+    others = ()
+    if rest is not None:
+        others = tuple(
+            _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s)
+            for i in range(len(STABILITY_FACTORS))
+        )
+    if method != "mean":
+        return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
+    atoms, weights = _host_atoms(main, counts, s, mask)
+    return Hardness(
+        x=x,
+        mask=mask,
+        tail_priced=priced,
+        fit=diag,
+        atoms=atoms,
+        weights=weights,
+        reruns=others,
+        prior_weights=prior_weights(weights, settings) if reruns else None,
+    )
+
+
+def _rerun(est, mask, counts, n_sample) -> Hardness:
+    """Returns a rerun's `Hardness` from its fetched `TailEstimate`."""
+    atoms, weights = _host_atoms(est, counts, n_sample, mask)
+    x = np.einsum("qpa,qa->qp", atoms, weights)
+    return Hardness(
+        x=x, mask=mask, tail_priced=np.asarray(est.priced), atoms=atoms, weights=weights
+    )
 
 
 def prior_weights(weights: np.ndarray, settings: TailSettings) -> np.ndarray:
@@ -603,23 +655,3 @@ def prior_weights(weights: np.ndarray, settings: TailSettings) -> np.ndarray:
     shifts = np.array([-settings.prior_spread, settings.prior_spread])
     w = np.asarray(weights, np.float64)[None] * np.exp(shifts[:, None] * xis)[:, None, :]
     return w / w.sum(axis=2, keepdims=True)
-
-
-def _reruns(mask, pos, counts, settings: TailSettings, s, log_atoms, weights, u, fitted):
-    """Yields the reruns' `Hardness` from `_estimate_jit`'s outputs (one row per factor)."""
-    for log_a, w, u_f, fit_f in zip(log_atoms, weights, u, fitted, strict=True):
-        priced = tail_priced(mask, pos, counts, u_f, fit_f, settings.min_count)
-        atoms, w = _atoms(log_a, w, priced, np.where(mask, counts / s, 0.0))
-        x = np.einsum("qpa,qa->qp", atoms, w)
-        yield Hardness(x, mask, priced, {}, atoms, w)
-
-
-def evt(scores: SampledScores, settings: TailSettings) -> Hardness:
-    """Returns the paper's tail-aware hardness: the plug-in GPD maximum-likelihood tail."""
-    return estimate(scores, settings, ESTIMATOR_METHODS["evt"])
-
-
-def evt_averaged(scores: SampledScores, settings: TailSettings) -> Hardness:
-    """Returns the tail-aware hardness posterior over xi (atoms; x is its mean; 0 only at the
-    scores' bound)."""
-    return estimate(scores, settings, ESTIMATOR_METHODS["evt_averaged"])

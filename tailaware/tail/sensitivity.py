@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tailaware.core import law
-from tailaware.core.results import Hardness
+from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
 from tailaware.tail import evt
 from tailaware.tail.settings import TailSettings
@@ -365,19 +365,19 @@ def blind_response(x, mask, blind, n, k, n_sample, fixed=None, truncation: law.T
     return (aps - base) / x.shape[0]
 
 
-def tail_params(info: dict, n_sample) -> TailParams:
-    """Returns the `TailParams` [Q] of the fits in a tail-aware `Hardness.info` (`evt.evt`).
+def tail_params(fit: TailFit, n_sample) -> TailParams:
+    """Returns the `TailParams` [Q] of the plug-in fits of a tail-aware estimate (`Hardness.fit`).
 
     Queries without a fit (no excess) get log_rate = -inf and sigma = 1: they price nothing.
     """
     dtype = jnp.result_type(float)
-    n_u = jnp.asarray(info["n_exceed"], dtype)
-    sigma = jnp.asarray(info["sigma"], dtype)
+    n_u = jnp.asarray(fit.n_exceed, dtype)
+    sigma = jnp.asarray(fit.sigma, dtype)
     fitted = (n_u > 0) & (sigma > 0)
     return TailParams(
         log_rate=jnp.where(fitted, jnp.log(jnp.where(fitted, n_u, 1.0) / n_sample), -jnp.inf),
-        threshold=jnp.asarray(info["u"], dtype),
-        xi=jnp.asarray(info["xi"], dtype),
+        threshold=jnp.asarray(fit.u, dtype),
+        xi=jnp.asarray(fit.xi, dtype),
         log_sigma=jnp.log(jnp.where(fitted, sigma, 1.0)),
     )
 
@@ -449,16 +449,16 @@ def analyze(
 
     Counted positives get the nested-count covariance, tail-priced ones the tail-fit covariance
     (their two groups are treated as independent). The tail parts need the plug-in fit's
-    parameters that `evt.evt` puts in `hard.info`, and are computed only when that fit
+    parameters (`Hardness.fit`), and are computed only when that fit
     reproduces the tail-priced hardness (so not for `evt_averaged`; see `Report.tail`).
     """
     dtype = jnp.result_type(float)
-    has_tail = "xi" in hard.info and bool(np.any(hard.tail_priced))
+    has_tail = hard.fit is not None and bool(np.any(hard.tail_priced))
     q = hard.mask.shape[0]
     pos = jnp.asarray(np.where(hard.mask, scores.pos_scores, 0.0), dtype)
     if has_tail:
-        params = tail_params(hard.info, scores.n_sample)
-        n_u = jnp.asarray(hard.info["n_exceed"], dtype)
+        params = tail_params(hard.fit, scores.n_sample)
+        n_u = jnp.asarray(hard.fit.n_exceed, dtype)
         # Differentiate the tail only where it is the plug-in fit that priced the positives.
         plug_in = np.exp(np.asarray(gpd_log_x(params, pos), np.float64))
         tp = hard.tail_priced & hard.mask

