@@ -1,5 +1,9 @@
 # The two set-up commands of the README: `make demo` and `make test`.
-PYTHON ?= python3
+# The first Python >= 3.11 of these (Ubuntu 22.04's python3 is 3.10, which the lock cannot
+# resolve); `make demo PYTHON=/path/to/python3.11` chooses one.
+PYTHONS := python3.13 python3.12 python3.11 python3
+IS_311 := -c 'import sys; sys.exit(sys.version_info < (3, 11))'
+PYTHON ?= $(firstword $(foreach p,$(PYTHONS),$(shell $(p) $(IS_311) 2>/dev/null && echo $(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
@@ -26,6 +30,8 @@ TEST_WORKERS ?= 2
 .PHONY: demo test lint notebooks lock clean
 
 $(BIN)/python:
+	@"$(PYTHON)" $(IS_311) 2>/dev/null || { echo "error: no Python >= 3.11 (tried \
+	$(or $(PYTHON),$(PYTHONS))); run e.g. make demo PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(PIP)"
 
