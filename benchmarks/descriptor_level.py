@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
+from tailaware.configs import default  # noqa: E402
 from tailaware.core import metrics  # noqa: E402
 from tailaware.protocol import baselines, intervals, prediction  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402

@@ -36,7 +36,7 @@ import numpy as np
 from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import ilias as ilias_config  # noqa: E402
+from tailaware.configs import ilias as ilias_config  # noqa: E402
 from tailaware.core import sampling  # noqa: E402
 from tailaware.io import atomic  # noqa: E402
 from tailaware.io import scores as scores_lib  # noqa: E402

@@ -10,7 +10,7 @@ At any N from the predict jobs' hardness artifacts (seconds):
       --config.b=B/hardness.npz --config.n_target=1000000000 --workdir=DIR
 """
 
-from configs import default
+from tailaware.configs import default
 
 
 def get_config(arg=None):

@@ -19,7 +19,7 @@ checkpoint's name table (`model.source`) and the ILIAS evaluation resolution.
 
 from ml_collections import config_dict
 
-from configs import default
+from tailaware.configs import default
 
 # name: (family, variant, pos_grid, proj_dim, source, resolution)
 PRESETS = {

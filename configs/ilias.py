@@ -11,7 +11,7 @@ official pickle layout. --config.queries=text scores the text queries.
 Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (docs/ilias.md).
 """
 
-from configs import default
+from tailaware.configs import default
 
 
 def get_config(arg=None):

@@ -11,7 +11,7 @@ From the artifact, at any N and k, without the scores (seconds):
       --config.n_target=1000000000 --workdir=DIR2
 """
 
-from configs import default
+from tailaware.configs import default
 
 
 def get_config(arg=None):

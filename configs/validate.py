@@ -17,7 +17,7 @@ benchmarks/text_galleries.py writes (about 30 minutes to build once):
       --config.validate.split=dev --config.validate.manifest=CACHE/manifest.json --config.k=100
 """
 
-from configs import default
+from tailaware.configs import default
 from tailaware.protocol.validation import ValidationSettings
 
 

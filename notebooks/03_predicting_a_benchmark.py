@@ -23,15 +23,13 @@
 # yours, or let the notebook write a small synthetic one).
 
 # %%
+import importlib
 import os
 import sys
 
-if "google.colab" in sys.modules:  # fetch and install the repository, then work from its root
-    # !git clone -q --depth 1 https://github.com/tailaware/tailaware
-    # %pip install -q -e tailaware
-    os.chdir("tailaware")
-elif os.path.basename(os.getcwd()) == "notebooks":
-    os.chdir("..")  # the configs live at the repository root
+if "google.colab" in sys.modules:  # install the package (it ships the configs it runs)
+    # %pip install -q git+https://github.com/tailaware/tailaware
+    importlib.invalidate_caches()  # for the imports below to find the fresh install
 
 # %%
 # %matplotlib inline
@@ -41,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tailaware as ta
-from configs import ilias as ilias_config
+from tailaware.configs import ilias as ilias_config
 from tailaware.core import evaluate, metrics
 from tailaware.io import features
 from tailaware.jobs import ilias

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from configs import compare as compare_config
-from configs import default
+from tailaware.configs import compare as compare_config
+from tailaware.configs import default
 from tailaware.core import evaluate, metrics
 from tailaware.core.results import TailFit
 from tailaware.io import artifact

@@ -1,5 +1,6 @@
 """Atomic writes: complete or absent, with the permissions of a plain write."""
 
+import importlib
 import json
 import os
 import stat
@@ -26,3 +27,24 @@ def test_results_are_complete_or_absent_and_readable_like_plain_files(tmp_path):
         atomic.write_json(path, {"bad": object()})
     assert json.loads(path.read_text())["map"] == 0.5
     assert sorted(os.listdir(path.parent)) == ["result.json"]
+
+
+def test_umask_is_read_when_writing_and_never_set_where_it_can_be_read(tmp_path, monkeypatch):
+    set_umask = os.umask
+    calls = []
+    monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or set_umask(mask))
+    importlib.reload(atomic)
+    assert calls == []  # importing leaves the umask alone
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)
+    before = set_umask(0o027)
+    try:
+        atomic.write_json(tmp_path / "a.json", {})
+        linux = os.path.exists(atomic._STATUS)
+        monkeypatch.setattr(atomic, "_STATUS", str(tmp_path / "no-status"))  # not Linux
+        atomic.write_npz(tmp_path / "b.npz", x=np.ones(2))
+        after = set_umask(before)
+    finally:
+        set_umask(before)
+    assert mode(tmp_path / "a.json") == mode(tmp_path / "b.npz") == 0o666 & ~0o027 == 0o640
+    assert after == 0o027  # the fallback put the umask back
+    assert calls == ([] if linux else [0o022, 0o027]) + [0o022, 0o027]  # set and reset

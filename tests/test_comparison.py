@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import compare as compare_config
+from tailaware.configs import compare as compare_config
 from tailaware.core.results import Interval, Prediction
 from tailaware.jobs import compare as compare_job
 from tailaware.protocol import comparison as compare

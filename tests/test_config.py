@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from configs import compare as compare_config
-from configs import default as default_config
-from configs import embed as embed_config
-from configs import ilias as ilias_config
-from configs import predict as predict_config
-from configs import validate as validate_config
+from tailaware.configs import compare as compare_config
+from tailaware.configs import default as default_config
+from tailaware.configs import embed as embed_config
+from tailaware.configs import ilias as ilias_config
+from tailaware.configs import predict as predict_config
+from tailaware.configs import validate as validate_config
 from tailaware.io import scores as scores_lib
 from tailaware.io.errors import InputError, MissingInput
 from tailaware.jobs import compare, demo, embed, predict, validate

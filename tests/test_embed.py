@@ -12,8 +12,8 @@ import tensorflow_datasets as tfds
 import torch
 import transformers
 
-from configs import embed as embed_config
 from tailaware import models
+from tailaware.configs import embed as embed_config
 from tailaware.core import sampling
 from tailaware.data import preprocess
 from tailaware.embed import embedder

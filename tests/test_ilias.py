@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from configs import ilias as ilias_config
+from tailaware.configs import ilias as ilias_config
 from tailaware.core import sampling
 from tailaware.io import artifact, features, ilias_folder
 from tailaware.io import scores as scores_lib
@@ -202,7 +202,7 @@ import jax
 jax.config.update("jax_platforms", "cpu")
 jax.distributed.initialize(coordinator_address="localhost:{port}", num_processes=2,
                            process_id=int(sys.argv[1]))
-from configs import ilias as c
+from tailaware.configs import ilias as c
 from tailaware.jobs import ilias
 cfg = c.get_config()
 cfg.features, cfg.sample_fraction, cfg.evt.top_m, cfg.block_size = {folder!r}, 0.6, 50, 64

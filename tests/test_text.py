@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from configs import ilias as ilias_config
+from tailaware.configs import ilias as ilias_config
 from tailaware.io import features
 from tailaware.jobs import ilias
 from tailaware.sim import text as tb

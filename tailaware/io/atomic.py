@@ -17,17 +17,31 @@ import numpy as np
 
 from tailaware.io import errors
 
-# The process's file-creation mask, read once at import (os.umask can only be read by setting
-# it): a finished file gets the permissions a plain open() would give it, not mkstemp's 0600.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
+# Where Linux (4.7+) shows the process's file-creation mask, which os.umask can only read by
+# setting it: a moment in which another thread's new file gets the wrong permissions.
+_STATUS = "/proc/self/status"
+
+
+def _umask() -> int:
+    """Returns the process's umask: read from `_STATUS`, else set and put back at once."""
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yields a temporary path beside `path`; renames it onto `path` when the block succeeds.
 
-    The file gets the permissions of a plain `open(path, "w")` (0666 less the umask).
+    The file gets the permissions of a plain `open(path, "w")` (0666 less the umask), not
+    mkstemp's 0600.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -37,7 +51,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

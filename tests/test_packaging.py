@@ -1,0 +1,143 @@
+"""What gets installed: the package list, `tailaware.configs`, the `tailaware` command (and
+`--config` by name), and the wheel's files."""
+
+import importlib.metadata
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tomllib
+import warnings
+import zipfile
+
+import pytest
+
+import tailaware.configs
+from tailaware.io.errors import InputError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
+
+
+def test_every_package_is_listed_and_configs_is_mapped():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "tailaware").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert set(setuptools["packages"]) == found | {"tailaware.configs"}
+    assert setuptools["package-dir"] == {"tailaware.configs": "configs"}
+
+
+def test_configs_import_from_the_repository_folder():
+    # The editable install maps `tailaware.configs` onto configs/ (pip install -e . again after
+    # pulling this change: an older install knows only a top-level `configs`).
+    (folder,) = tailaware.configs.__path__
+    assert pathlib.Path(folder).samefile(ROOT / "configs")
+    assert CONFIGS == ["compare", "default", "embed", "ilias", "predict", "validate"]
+    for name in CONFIGS:
+        config = importlib.import_module(f"tailaware.configs.{name}").get_config()
+        assert importlib.util.find_spec(config.job), f"configs/{name}.py: job {config.job}"
+
+
+@pytest.fixture(scope="module")
+def launch():
+    """The launcher module; importing it defines its flags and loads the default config, which
+    ml_collections does with the deprecated `load_module()`."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "the load_module", DeprecationWarning)
+        return importlib.import_module("tailaware.jobs.launch")
+
+
+def test_config_names_are_the_shipped_files_and_a_file_there_comes_first(
+    launch, tmp_path, monkeypatch
+):
+    for name in CONFIGS:
+        assert launch.config_path(f"configs/{name}.py") == f"configs/{name}.py"  # in a checkout
+    monkeypatch.chdir(tmp_path)  # where a user of the wheel runs it: no configs/ here
+    for name in CONFIGS:
+        for value in (name, f"{name}.py", f"configs/{name}.py", f"./configs/{name}.py"):
+            assert pathlib.Path(launch.config_path(value)).samefile(ROOT / "configs" / f"{name}.py")
+    assert launch.config_path("embed:mu").endswith(f"configs{os.sep}embed.py:mu")
+    (tmp_path / "predict.py").write_text("")
+    assert launch.config_path("predict.py") == "predict.py"  # a file that exists, as given
+    assert launch.config_path("elsewhere/predict.py") == "elsewhere/predict.py"  # reported later
+    known = "one of compare, default, embed, ilias, predict, validate"
+    for value in ("nope", "configs/nope.py", "__init__", "configs"):
+        with pytest.raises(InputError, match=f"^--config={value}: no such file.*{known}$"):
+            launch.config_path(value)
+
+
+def test_command_is_launch_py_and_python_m_tailaware(launch, tmp_path):
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="tailaware")
+    assert script.load() is launch.main
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    runs = {  # all at once: most of each run is starting Python and JAX
+        "launch.py": ([sys.executable, "launch.py", "--help"], ROOT),
+        "-m": ([sys.executable, "-m", "tailaware", "--help"], tmp_path),
+        "nope": ([sys.executable, "-m", "tailaware", "--config=nope"], tmp_path),
+    }
+    pipe = subprocess.PIPE
+    procs = {
+        name: subprocess.Popen(cmd, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+        for name, (cmd, cwd) in runs.items()
+    }
+    out = {name: p.communicate(timeout=120) for name, p in procs.items()}
+    for name in ("launch.py", "-m"):  # absl's --help: usage, the flags, exit status 1
+        stdout = out[name][0]
+        assert all(flag in stdout for flag in ("--config:", "--workdir:", "--[no]verbose:")), stdout
+    assert "(default: 'configs/default.py')" in out["launch.py"][0]  # the checkout's
+    assert "configs/default.py'" in out["-m"][0] and "python -m tailaware" in out["-m"][0]
+    assert procs["nope"].returncode == 1 and out["nope"][1].splitlines() == [
+        "error: --config=nope: no such file, nor a config of that name; expected a config file "
+        "or one of compare, default, embed, ilias, predict, validate"
+    ]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """Builds the wheel from a copy of the sources (no stale build/ folder), offline."""
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} cannot build the licence fields (77+)")
+    tmp = tmp_path_factory.mktemp("wheel")
+    src, dist = tmp / "src", tmp / "dist"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("tailaware", "configs"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = (
+        "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", build, str(dist)],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dist / out.stdout.split()[-1]
+
+
+def test_wheel_ships_configs_inside_tailaware_its_licence_and_command(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/METADATA")).rsplit("/", 1)[0]
+        metadata = z.read(f"{info}/METADATA").decode()
+        top_level = z.read(f"{info}/top_level.txt").decode().split()
+        licence = z.read(f"{info}/licenses/LICENSE")
+        scripts = z.read(f"{info}/entry_points.txt").decode()
+    assert top_level == ["tailaware"]
+    assert "[console_scripts]\ntailaware = tailaware.jobs.launch:main" in scripts
+    assert not [n for n in names if not n.startswith(("tailaware/", f"{info}/"))], names
+    assert sorted(n for n in names if n.startswith("tailaware/configs/")) == [
+        f"tailaware/configs/{name}.py" for name in sorted([*CONFIGS, "__init__"])
+    ]
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+    assert licence == (ROOT / "LICENSE").read_bytes()
