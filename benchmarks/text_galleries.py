@@ -2,18 +2,25 @@
 
 The npm registry's package summaries, embedded once per encoder (MiniLM-L6: 25 min on 2 shared
 CPU cores for the 173,693 usable summaries, cached in chunks and resumable; LSA: ~1 min per
-half), give one benchmark per split (dev, test) x encoder (minilm, lsa) x instance kind
-(names, keywords) (`tailaware.sim.text`). For each, this script writes the ILIAS-format
-folder and runs the ILIAS job (`tailaware.jobs.ilias.run`, `configs/ilias.py`) in-process:
+half), give one benchmark per pool x split (dev, test) x encoder (minilm, lsa) x instance
+kind (names, keywords) (`tailaware.sim.text`). Pool "half" (`dev-minilm-names`, ...): the
+split's half alone, everything but its instances a distractor. Pool "large" (issue #32,
+`dev-minilm-names-large`, ...): the same instances, every other usable summary of either half a
+distractor (dev and test share that pool and the encoders; LSA is then fitted on every usable
+summary). For each, this script writes the ILIAS-format folder and runs the ILIAS job
+(`tailaware.jobs.ilias.run`, `configs/ilias.py`) in-process:
 
 - `exact/`: sample fraction 1, the full-gallery truth: `sampled_scores.npz` holds every
   positive's exact count, `prediction.json` the exact mAP@1000 (mAP@100 is recomputed from the
   counts and recorded in the manifest);
 - `f{fraction}_d{draw}/`: the sampled scores (and the ILIAS job's prediction at k = 100) for
-  fractions 0.05%, 1%, 5%, 20%, draw d = the id-hash sample seed (`config.seed`).
+  fractions 0.05%, 1%, 5%, 20%, draw d = the id-hash sample seed (`config.seed`): 3 draws per
+  fraction on a half, 4 on the large pool (`--draws` sets both).
 
-Scoring all eight benchmarks (~1,000 queries, ~6,500 positives, ~79,500 distractors each; 13
-ILIAS runs of ~10 s) takes ~26 min after the embedding. Draws are independent across seeds and
+Scoring the eight half benchmarks (~1,000 queries, ~6,500 positives, ~79,500 distractors each;
+13 ILIAS runs of ~10 s) takes ~26 min after the embedding; the large ones: benchmarks/README.md.
+A distractor's id (`npm/<name>`) is the same in every benchmark that holds it, so one seed
+samples the same shared distractors on dev and test. Draws are independent across seeds and
 nested across fractions (the id-hash sample of one seed). Finished outputs are skipped, so a
 rerun resumes (18 s when all is done); `CACHE/manifest.json` lists every benchmark
 (sizes, exact mAP@100 / mAP@1000, the sampled files per fraction and draw). PyPI's summaries
@@ -21,6 +28,7 @@ are held out and never read.
 
 Commands:
   python benchmarks/text_galleries.py --cache=/work/cache/text > text_galleries.log 2>&1
+  python benchmarks/text_galleries.py --cache=/work/cache/text --pools=large   # issue #32's only
   python benchmarks/text_galleries.py --cache=/work/cache/text --fixture=tests/data/text_small.npz
 """
 
@@ -47,7 +55,9 @@ from tailaware.sim import text as tb  # noqa: E402
 NPM = "/work/.library/env/packages/npm.tsv"
 ENCODERS = ("minilm", "lsa")
 KINDS = ("names", "keywords")
+POOLS = ("half", "large")
 FRACTIONS = (0.0005, 0.01, 0.05, 0.2)
+DRAWS = {"half": 3, "large": 4}  # per pool, unless --draws says otherwise
 _EMBEDDINGS = {}  # encoder -> embeddings of every usable summary, once per process
 
 
@@ -58,8 +68,9 @@ def _parse():
     p.add_argument("--splits", default=",".join(tb.SPLITS))
     p.add_argument("--encoders", default=",".join(ENCODERS))
     p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--pools", default=",".join(POOLS), help="distractors: the half or all")
     p.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
-    p.add_argument("--draws", type=int, default=3, help="independent samples per fraction")
+    p.add_argument("--draws", type=int, default=0, help=f"samples per fraction (0: {DRAWS})")
     p.add_argument("--max_instances", type=int, default=1000, help="per benchmark (hash-chosen)")
     p.add_argument("--query_replicates", type=int, default=50, help="the predictions' bootstrap")
     p.add_argument("--fixture", default="", help="write only the test fixture to this .npz")
@@ -71,24 +82,30 @@ def _minilm():
     return tb.MiniLM()
 
 
-def embeddings(args, packages, split_rows, encoder, split):
-    """Returns the [n_half, d] float32 embeddings of one split's packages (cached)."""
-    if encoder == "minilm":  # every usable summary once; a half is a subset of rows
+def embeddings(args, packages, rows, encoder, fit):
+    """Returns the [len(rows), d] float32 embeddings of `packages` at `rows` (cached).
+
+    MiniLM embeds every usable summary once and `rows` select from them; LSA is fitted on
+    `rows` alone and cached under `fit` ("dev" or "test": a half, "all": every summary).
+    """
+    if encoder == "minilm":
         if "minilm" not in _EMBEDDINGS:
             _EMBEDDINGS["minilm"] = tb.embed_cached(
                 list(packages.summaries),
                 lambda texts: _minilm()(texts),  # the model loads only if a chunk is missing
                 os.path.join(args.cache, "minilm"),
             )
-        return _EMBEDDINGS["minilm"][split_rows]
-    path = os.path.join(args.cache, "lsa", f"{split}.npy")
+        return _EMBEDDINGS["minilm"][rows]
+    path = os.path.join(args.cache, "lsa", f"{fit}.npy")
     if not os.path.exists(path):
         t0 = time.monotonic()
-        x = tb.lsa([packages.summaries[r] for r in split_rows])
+        x = tb.lsa([packages.summaries[r] for r in rows])
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.save(f, x)
-        logging.info("LSA of the %s half: %.0f s", split, time.monotonic() - t0)
+        logging.info(
+            "LSA fitted on %s (%d summaries): %.0f s", fit, len(rows), time.monotonic() - t0
+        )
     return np.load(path)
 
 
@@ -109,26 +126,38 @@ def ilias_run(folder, workdir, fraction, seed, k, n_target, query_replicates):
         return json.load(f)
 
 
-def build(args, packages, split, split_rows, encoder, kind, fractions):
+def gallery(packages, split, kind, pool, max_instances):
+    """Returns (rows of `packages` the benchmark draws from, its Layout with rows into them,
+    the LSA fit's name): "half" is the split's half alone, "large" the split's instances
+    among every usable summary (`tb.split_instances`)."""
+    if pool == "half":
+        rows = np.flatnonzero(tb.split_mask(packages.names, split))
+        half = packages.take(rows)
+        instances = tb.build_instances(half, kind, max_instances=max_instances)
+        return rows, tb.layout(half, instances), split
+    if pool == "large":
+        instances = tb.split_instances(packages, split, kind, max_instances=max_instances)
+        return np.arange(len(packages)), tb.layout(packages, instances), "all"
+    raise ValueError(f"pool must be one of {POOLS}, got {pool!r}")
+
+
+def build(args, packages, split, encoder, kind, pool, fractions):
     """Writes and scores one benchmark; returns its manifest entry."""
-    name = f"{split}-{encoder}-{kind}"
+    name = f"{split}-{encoder}-{kind}" + ("-large" if pool == "large" else "")
     root = os.path.join(args.cache, "benchmarks", name)
-    half = packages.take(split_rows)
-    instances = tb.build_instances(half, kind, max_instances=args.max_instances)
-    lay = tb.layout(half, instances)
+    rows, lay, fit = gallery(packages, split, kind, pool, args.max_instances)
     folder = os.path.join(root, "features")
     if not os.path.exists(os.path.join(folder, "done")):
-        tb.write_folder(
-            folder, tb.l2_normalize(embeddings(args, packages, split_rows, encoder, split)), lay
-        )
-        atomic.write_json(os.path.join(folder, "done"), {"instances": len(instances)})
+        x = tb.l2_normalize(embeddings(args, packages, rows, encoder, fit))
+        tb.write_folder(folder, x, lay)
+        atomic.write_json(os.path.join(folder, "done"), {"instances": len(lay.query_rows)})
     n = len(lay.distractor_rows)
     exact = ilias_run(folder, os.path.join(root, "exact"), 1.0, 0, 1000, n, 10)
     truth = os.path.join(root, "exact", "sampled_scores.npz")
     map100 = prediction.exact(scores_lib.load_scores(truth), 100, n).map
     sampled = {}
     for fraction in fractions:
-        for draw in range(args.draws):
+        for draw in range(args.draws or DRAWS[pool]):
             work = os.path.join(root, f"f{fraction:g}_d{draw}")
             pred = ilias_run(folder, work, fraction, draw, 100, n, args.query_replicates)
             sampled.setdefault(f"{fraction:g}", []).append(
@@ -146,6 +175,7 @@ def build(args, packages, split, split_rows, encoder, kind, fractions):
         "split": split,
         "encoder": encoder,
         "kind": kind,
+        "pool": pool,
         "num_queries": len(lay.query_rows),
         "num_positives": len(lay.positive_rows),
         "num_distractors": n,
@@ -155,6 +185,21 @@ def build(args, packages, split, split_rows, encoder, kind, fractions):
         "exact_map1000": exact["map"],
         "sampled": sampled,
     }
+
+
+def save_entry(path, entry, npm):
+    """Puts `entry` into the manifest at `path` in place of the benchmark of its name; the other
+    benchmarks stay, so building one pool or split keeps the others' entries."""
+    found = []
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)["benchmarks"]
+    names = [e["name"] for e in found]
+    if entry["name"] in names:
+        found[names.index(entry["name"])] = entry
+    else:
+        found.append(entry)
+    atomic.write_json(path, {"benchmarks": found, "npm": npm})
 
 
 def write_fixture(args, packages, path, n_instances=60, n_distractors=3000):
@@ -191,15 +236,15 @@ def main():
     fractions = [float(f) for f in args.fractions.split(",")]
     manifest_path = os.path.join(args.cache, "manifest.json")
     entries = []
-    for split in args.splits.split(","):
-        split_rows = np.flatnonzero(tb.split_mask(packages.names, split))
-        for encoder in args.encoders.split(","):
-            for kind in args.kinds.split(","):
-                entries.append(build(args, packages, split, split_rows, encoder, kind, fractions))
-                atomic.write_json(manifest_path, {"benchmarks": entries, "npm": args.npm})
-                logging.info(
-                    "%d benchmarks done, %.1f min", len(entries), (time.monotonic() - t0) / 60
-                )
+    for pool in args.pools.split(","):
+        for split in args.splits.split(","):
+            for encoder in args.encoders.split(","):
+                for kind in args.kinds.split(","):
+                    entries.append(build(args, packages, split, encoder, kind, pool, fractions))
+                    save_entry(manifest_path, entries[-1], args.npm)
+                    logging.info(
+                        "%d benchmarks done, %.1f min", len(entries), (time.monotonic() - t0) / 60
+                    )
     print(json.dumps([{k: e[k] for k in e if k != "sampled"} for e in entries], indent=1))
 
 

@@ -106,6 +106,45 @@ def test_halves_are_disjoint_stable_and_frozen():
 FROZEN_DEV = [True, False, True, False]
 
 
+def synthetic_packages(n_families=30, size=6, n_solo=200):
+    """Returns families `fam<i>-m<j>` whose summaries share the keyword of family i, and
+    singletons whose summaries share no keyword (their common words are too frequent)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    rows = [
+        (f"fam{i}-m{j}", f"zq{letters[i % 26]}{letters[i // 26]} helper number")
+        for i in range(n_families)
+        for j in range(size)
+    ]
+    rows += [(f"solo{i}", "solo item without keyword") for i in range(n_solo)]
+    rows.sort()
+    return tb.Packages(
+        np.asarray([r[0] for r in rows]),
+        np.arange(len(rows), dtype=np.int64)[::-1].copy(),
+        tuple(r[1] for r in rows),
+    )
+
+
+@pytest.mark.parametrize("kind,kwargs", [("names", {}), ("keywords", {"min_df": 3})])
+def test_large_layout_shares_the_pool_not_the_instances(kind, kwargs):
+    packages = synthetic_packages()
+    everything = np.arange(len(packages))
+    own = {}
+    for split in tb.SPLITS:
+        in_half = tb.split_mask(packages.names, split)
+        lay = tb.layout(packages, tb.split_instances(packages, split, kind, **kwargs))
+        mine = np.concatenate([lay.query_rows, lay.positive_rows])
+        assert len(lay.query_rows) >= 5 and in_half[mine].all()
+        # Every other package of either half is a distractor, and nothing else is.
+        assert np.array_equal(lay.distractor_rows, np.setdiff1d(everything, mine))
+        assert not in_half[lay.distractor_rows].all()
+        # The instances are the half benchmark's, only re-indexed.
+        half = packages.take(np.flatnonzero(in_half))
+        half_lay = tb.layout(half, tb.build_instances(half, kind, **kwargs))
+        assert lay.query_ids == half_lay.query_ids and lay.positive_ids == half_lay.positive_ids
+        own[split] = set(mine.tolist())
+    assert own["dev"].isdisjoint(own["test"])
+
+
 def test_cap_keeps_a_stable_subset(packages):
     full = tb.keyword_instances(packages, min_df=3, max_df=5)
     one = tb.keyword_instances(packages, min_df=3, max_df=5, max_instances=1)

