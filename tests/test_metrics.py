@@ -106,3 +106,39 @@ def test_recall_and_top1_match_brute_force():
         np.testing.assert_allclose(metrics.recall_at_k_from_counts(counts, mask, k), want)
     top1 = [float(r[np.lexsort((~r, -s))[0]]) for s, r in zip(scores, relevant, strict=True)]
     np.testing.assert_array_equal(metrics.top1_from_counts(counts, mask), top1)
+
+
+def _ranked_relevance(rng, q, d, p_rel):
+    """Dense scores and ground truth; the ranked relevance lists of the official recipe."""
+    scores = rng.normal(size=(q, d))
+    relevant = rng.uniform(size=(q, d)) < p_rel
+    relevant[:, 0] = True
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return scores, relevant, np.take_along_axis(relevant, order, axis=1)
+
+
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_every_metric_matches_its_recipe_on_a_ranked_list(k):
+    # Literal recipes on the ranked relevance list (independent of the rank kernel).
+    rng = np.random.default_rng(3)
+    scores, relevant, ranked = _ranked_relevance(rng, 30, 60, 0.08)
+    n_gt = relevant.sum(axis=1)
+    top = ranked[:, :k]
+    hits = top.sum(axis=1)
+    i = np.arange(1, k + 1)
+    first = np.where(top.any(axis=1), top.argmax(axis=1) + 1, np.inf)
+    ideal = np.array([(1.0 / np.log2(1 + np.arange(1, min(k, n) + 1))).sum() for n in n_gt])
+    recipes = {
+        "map": (np.cumsum(top, axis=1) / i * top).sum(axis=1) / np.minimum(k, n_gt),
+        "recall": top.mean(axis=1) * (k / n_gt),  # ILIAS's oracle, a list of k items
+        "precision": hits / k,
+        "ndcg": (top / np.log2(1 + i)).sum(axis=1) / ideal,
+        "hit": np.isfinite(first).astype(float),
+        "mrr": np.where(np.isfinite(first), 1.0 / first, 0.0),
+    }
+    pos, mask = metrics.positives_from_dense(scores, relevant)
+    counts = metrics.counts_from_scores(scores, relevant, np.where(mask, pos, 0.0), mask)
+    assert set(recipes) == set(metrics.METRICS)
+    for name, want in recipes.items():
+        got = metrics.value_from_counts(metrics.get(name), counts, mask, k)
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=name)

@@ -1,8 +1,26 @@
-"""Exact retrieval metrics on a fixed gallery, vectorised for numpy and jax.numpy.
+"""Retrieval metrics at a cut-off k: each a kernel over the positives' ranks and a normaliser.
 
-Official definitions (the ILIAS and GLDv2 evaluation code; docs/outputs.md):
+A metric is defined once (`Metric`, registered in `METRICS`): a query with positives at ranks
+r_1 < r_2 < ... (j-th positive by score, 1-based) scores
+
+    value = sum_j weight(j) * 1{r_j <= k} * gain(r_j) / norm(n_pos, k).
+
+| metric | weight(j) | gain(r) | norm(n_pos, k) |
+|---|---|---|---|
+| `map` (ILIAS mAP@k) | j | 1 / r | min(k, n_pos) |
+| `recall` (ILIAS's `oracle`) | 1 | 1 | n_pos |
+| `precision` | 1 | 1 | k |
+| `ndcg` (binary relevance) | 1 | 1 / log2(1 + r) | sum_{i <= min(k, n_pos)} 1 / log2(1 + i) |
+| `hit` (top-1 accuracy at k = 1) | 1{j = 1} | 1 | 1 |
+| `mrr` | 1{j = 1} | 1 / r | 1 |
+
+The same kernel gives a fixed gallery's exact value from its ranks (`value_from_counts`) and the
+law's expectation under Poisson counts (`tailaware.core.law`, one table per gain). Official
+definitions (the ILIAS and GLDv2 evaluation code; docs/outputs.md):
 - ILIAS mAP@k: rank the database (positives + distractors) by descending score, keep the top k;
   AP = 1 / min(k, |gt|) * sum over positives ranked <= k of (positives at or above / rank).
+- ILIAS `oracle`: (positives in the top k) / len(top k) * k / |gt|: recall@k when the list holds
+  k items.
 - GLDv2 retrieval mAP@100: the same sum over the first 100 predictions, divided by
   min(|gt|, 100); identical to ILIAS AP@100 on a full ranking.
 
@@ -13,6 +31,9 @@ greater (positives win ties). Metrics are fractions in [0, 1]; ILIAS reports per
 Shapes: Q queries, P positive slots (padded, `mask`), D database items.
 """
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +41,97 @@ import numpy as np
 
 def _xp(*arrays):
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
+
+
+def _ones(r):
+    return r * 0.0 + 1.0
+
+
+def _inverse(r):
+    return 1.0 / r
+
+
+def _dcg(r):
+    return 1.0 / _xp(r).log2(1.0 + r)
+
+
+# The rank functions a metric's gain can be: the law keeps one table of E[1{a + K <= k} g(a + K)]
+# per gain (`law.rank_table`), shared by every metric with that gain.
+GAINS: dict[str, Callable] = {"inverse": _inverse, "one": _ones, "dcg": _dcg}
+
+
+def _ideal_dcg(n_pos, k):
+    """Returns sum_{i <= min(k, n_pos)} 1 / log2(1 + i), elementwise (numpy or jax.numpy)."""
+    xp = _xp(n_pos)
+    i = xp.arange(1, int(k) + 1, dtype=n_pos.dtype)
+    cum = xp.concatenate([xp.zeros(1, n_pos.dtype), xp.cumsum(1.0 / xp.log2(1.0 + i))])
+    return cum[xp.minimum(n_pos, k).astype(np.int32)]
+
+
+class Metric(NamedTuple):
+    """A retrieval metric@k: sum_j weight(j) 1{r_j <= k} gain(r_j) / norm(n_pos, k).
+
+    Attributes:
+      name: its registry key ("map", "recall", ...); reported as f"{name}@{k}".
+      gain: a key of `GAINS`, the rank function.
+      weight: j [P] (float, 1-based rank among the positives) -> [P] weights; numpy or jax.
+      norm: (n_pos [...], k) -> the normaliser, > 0 for n_pos >= 1; numpy or jax.
+      description: one line for docs and outputs.
+    """
+
+    name: str
+    gain: str
+    weight: Callable
+    norm: Callable
+    description: str
+
+    def label(self, k: int) -> str:
+        """Returns the name under which outputs report it: e.g. "map@1000"."""
+        return f"{self.name}@{int(k)}"
+
+
+def _first(j):
+    return _xp(j).where(j == 1, 1.0, 0.0)
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("map", "inverse", lambda j: j, lambda n, k: _xp(n).minimum(k, n), "ILIAS mAP@k"),
+        Metric("recall", "one", _ones, lambda n, k: n * 1.0, "recall@k (ILIAS's oracle)"),
+        Metric("precision", "one", _ones, lambda n, k: n * 0.0 + k, "precision@k"),
+        Metric("ndcg", "dcg", _ones, _ideal_dcg, "nDCG@k, binary relevance"),
+        Metric("hit", "one", _first, lambda n, k: n * 0.0 + 1.0, "hit@k (top-1 accuracy at k=1)"),
+        Metric("mrr", "inverse", _first, lambda n, k: n * 0.0 + 1.0, "MRR@k"),
+    )
+}
+
+
+def get(name: str) -> Metric:
+    """Returns the metric called `name`."""
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; choose some of {sorted(METRICS)}")
+    return METRICS[name]
+
+
+def value_from_ranks(metric: Metric, ranks, valid, k):
+    """Returns the metric [Q] from the positives' ranks [Q, P] in rank order (`ranks_from_counts`;
+    `valid` [Q, P] marks real positives), numpy or jax.numpy; 0 for a query without positives."""
+    xp = _xp(ranks, valid)
+    f = xp.result_type(float) if xp is jnp else np.float64
+    j = xp.cumsum(valid, axis=1).astype(f)
+    r = xp.where(valid, ranks, 1).astype(f)
+    hit = valid & (ranks <= k)
+    terms = xp.where(hit, metric.weight(j) * GAINS[metric.gain](r), 0.0)
+    n_pos = valid.sum(axis=1).astype(f)
+    norm = xp.where(n_pos > 0, metric.norm(xp.maximum(n_pos, 1.0), k), 1.0)
+    return terms.sum(axis=1) / norm
+
+
+def value_from_counts(metric: Metric, counts, mask, k):
+    """Returns the metric [Q] from the number of non-relevant items strictly above each positive
+    [Q, P] (`mask` marks real positives)."""
+    return value_from_ranks(metric, *ranks_from_counts(counts, mask), k)
 
 
 def ap_at_k_from_counts(counts, mask, k):
@@ -30,13 +142,7 @@ def ap_at_k_from_counts(counts, mask, k):
       mask: [Q, P] bool, real positives.
       k: cut-off.
     """
-    xp = _xp(counts, mask)
-    ranks, valid = ranks_from_counts(counts, mask)
-    j = xp.cumsum(valid, axis=1)
-    hit = valid & (ranks <= k)
-    contrib = xp.where(hit, j / xp.where(valid, ranks, 1), 0.0)  # int / int -> float
-    n_pos = valid.sum(axis=1)
-    return contrib.sum(axis=1) / xp.maximum(xp.minimum(k, n_pos), 1).astype(contrib.dtype)
+    return value_from_counts(METRICS["map"], counts, mask, k)
 
 
 def map_from_counts(counts, k, fixed=None) -> float:
@@ -50,16 +156,12 @@ def map_from_counts(counts, k, fixed=None) -> float:
 
 def recall_at_k_from_counts(counts, mask, k):
     """Returns recall@k [Q]: the share of each query's positives ranked within the top k."""
-    xp = _xp(counts, mask)
-    ranks, valid = ranks_from_counts(counts, mask)
-    hits = (valid & (ranks <= k)).sum(axis=1)
-    return hits / xp.maximum(valid.sum(axis=1), 1)
+    return value_from_counts(METRICS["recall"], counts, mask, k)
 
 
 def top1_from_counts(counts, mask):
-    """Returns top-1 accuracy [Q]: 1.0 when the first retrieved item is a positive."""
-    xp = _xp(counts, mask)
-    return xp.any(mask & (counts == 0), axis=1).astype(float)
+    """Returns top-1 accuracy [Q]: 1.0 when the first retrieved item is a positive (hit@1)."""
+    return value_from_counts(METRICS["hit"], counts, mask, 1)
 
 
 def ranks_from_counts(counts, mask):
