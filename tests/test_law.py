@@ -233,15 +233,17 @@ def test_recall_matches_realized_counts():
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
 
 
+@pytest.mark.parametrize("gain", sorted(metrics.GAINS))
 @pytest.mark.parametrize("k", [7, 100, 1000])
-def test_inverse_rank_table_matches_the_poisson_sum(k):
-    """The banded table against E[1{a + K <= k} / (a + K)] summed with scipy's Poisson pmf over
+def test_gain_tables_match_the_poisson_sum(k, gain):
+    """The banded tables against E[1{a + K <= k} g(a + K)] summed with scipy's Poisson pmf over
     every count, at rows across the grid (tiny means, the bulk, the top) and every rank a."""
-    h = law.inverse_rank_table(k)
+    h = law.gain_table(k, gain)
     lam = law.table_lambdas(k)
     m = np.arange(k)
+    g = {"inverse": lambda r: 1.0 / r, "one": np.ones_like, "dcg": lambda r: 1 / np.log2(1 + r)}
     for i in np.linspace(0, lam.size - 1, 23).astype(int):
         pmf = scipy.stats.poisson.pmf(m, lam[i])
-        r = m[:, None] + np.arange(1, k + 1)[None, :]
-        want = (pmf[:, None] * np.where(r <= k, 1.0 / r, 0.0)).sum(axis=0)
+        r = (m[:, None] + np.arange(1, k + 1)[None, :]).astype(float)
+        want = (pmf[:, None] * np.where(r <= k, g[gain](r), 0.0)).sum(axis=0)
         np.testing.assert_allclose(h[i], want, rtol=1e-12, atol=1e-300)

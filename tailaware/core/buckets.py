@@ -68,32 +68,34 @@ def take(a, group: Group):
     return jnp.take_along_axis(a, idx, axis=1)
 
 
-def expected_map(x, mask, n, k: int, *, fixed, weights, counts, n_sample, table, grouping=None):
-    """Returns `law.expected_map`'s per-query E[AP@k] [Q], computed group by group.
+def apply(fn, grouping, slots=(), rows=()):
+    """Returns fn(*slots, *rows) [..., Q], computed group by group.
 
-    Arguments as in `law.expected_map` (`fixed` and `counts` [Q, P] arrays, `weights` [Q, A] or
-    None); `grouping`: `groups(mask)`, where None is one call on the padded arrays. Traceable:
-    the groups' shapes are static under `jit`.
+    `slots` are [Q, P, ...] arrays (or None, passed through), cut to each group's positives;
+    `rows` are [Q, ...] arrays, cut to its queries; `fn` maps a group's parts to [..., Q_g].
+    `grouping`: `groups(mask)`, where None is one call on the padded arrays. Traceable: the
+    groups' shapes are static under `jit`.
     """
     if grouping is None:
-        kw = dict(fixed=fixed, weights=weights, counts=counts, n_sample=n_sample, table=table)
-        return law.expected_map(x, mask, n, k, **kw)[1]
+        return fn(*slots, *rows)
     parts = []
     for g in grouping:
-        part = lambda a, g=g: None if a is None else take(a, g)
-        w = None if weights is None else weights[g.rows]
-        got = law.expected_map(
-            part(x),
-            part(mask),
-            n,
-            k,
-            fixed=part(fixed),
-            weights=w,
-            counts=part(counts),
-            n_sample=n_sample,
-            table=table,
-        )
-        parts.append(got[1])
-    rows = jnp.concatenate([g.rows for g in grouping])
-    aps = jnp.concatenate(parts)
-    return jnp.zeros(mask.shape[0], aps.dtype).at[rows].set(aps)
+        cut = [None if a is None else take(a, g) for a in slots]
+        parts.append(fn(*cut, *(None if a is None else a[g.rows] for a in rows)))
+    index = jnp.concatenate([g.rows for g in grouping])
+    out = jnp.concatenate(parts, axis=-1)
+    return jnp.zeros(out.shape[:-1] + (index.shape[0],), out.dtype).at[..., index].set(out)
+
+
+def expected_map(x, mask, n, k: int, *, fixed, weights, counts, n_sample, table, grouping=None):
+    """Returns `law.expected_map`'s per-query E[AP@k] [Q], computed group by group (`apply`).
+
+    Arguments as in `law.expected_map` (`fixed` and `counts` [Q, P] arrays, `weights` [Q, A] or
+    None).
+    """
+
+    def fn(x_g, mask_g, fixed_g, counts_g, w_g):
+        kw = dict(fixed=fixed_g, weights=w_g, counts=counts_g, n_sample=n_sample, table=table)
+        return law.expected_map(x_g, mask_g, n, k, **kw)[1]
+
+    return apply(fn, grouping, (x, mask, fixed, counts), (weights,))

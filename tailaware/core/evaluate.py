@@ -1,29 +1,32 @@
-"""E[AP@k] of an estimated hardness at any gallery size: the prediction's one E[AP] pass.
+"""Predicted metrics of estimated hardness at any gallery size: the prediction's one pass.
 
-`per_query_ap` turns a `Hardness` (a point estimate, or atoms of a posterior with weights) into
-the predicted AP@k of every query at one or many gallery sizes, in one compiled call: the law's
-E[AP] under Poisson counts (`law.expected_map`), group by group of positive width
-(`buckets.expected_map`), conditioned on the sample's own counts when the gallery contains it.
-A posterior's atoms are pruned first (`prune_atoms`): the E[AP] costs linearly in the atoms, and
-under the averaged tail estimator's empirical-Bayes prior a query's lightest carry next to no
-weight.
+`predicted_values` turns hardness posteriors (`Variant`s: the estimate under each of its priors,
+its threshold reruns, the baselines) into every query's E[metric@k] at every gallery size, and
+in `views` (subsets of each query's positives, the ILIAS report's groups) at the first size, in
+one compiled call: each atom's metrics are computed once (`law.query_metrics`, group by group of
+positive width, `buckets.apply`), conditioned on the sample's own counts where the gallery
+contains it, and every variant's weightings contract them. A posterior's atoms are pruned first
+(`prune_atoms`): the pass costs linearly in the atoms, and under the averaged tail estimator's
+empirical-Bayes prior a query's lightest carry next to no weight.
 
-Shapes: Q queries, P positive slots, A atoms, G gallery sizes, T other priors.
+Shapes: Q queries, P positive slots, A atoms, G gallery sizes, M metrics, V views, W weightings.
 """
 
 import functools
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core import buckets, law
+from tailaware.core import buckets, law, metrics
 from tailaware.core.results import Hardness
 
 # The most weight a query may lose to pruning (`prune_atoms`), under each of the weightings: its
 # E[AP] then moves by at most this, since AP is in [0, 1] (about float32's resolution near 1).
 ATOM_TOLERANCE = 1e-7
-# The atom counts pruning keeps (then all): a few static shapes, one compiled E[AP] per count used.
+# The atom counts pruning keeps (then all): a few static shapes, one compiled pass per count used.
 ATOM_COUNTS = (4, 8, 12, 16, 24)
 
 
@@ -55,18 +58,143 @@ def prune_atoms(atoms, weights, tolerance: float = ATOM_TOLERANCE):
     return np.take_along_axis(np.asarray(atoms), cols[:, None, :], axis=-1), kept, beyond[keep]
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
-def _expected_map(x, mask, sizes, k, *, fixed, weights, counts, n_sample, table, grouping):
-    """Returns E[AP@k] [W, G, Q] for weights [W, Q, A] (or [G, Q] for a point estimate)."""
+class Variant(NamedTuple):
+    """One hardness posterior to evaluate: atoms [Q, P, A] and its weightings [W, Q, A] (rows
+    summing to 1 over the atoms; a point estimate is one atom of weight 1)."""
 
-    def over_sizes(w):
-        kw = dict(fixed=fixed, weights=w, counts=counts, n_sample=n_sample, table=table)
-        one = lambda n: buckets.expected_map(x, mask, n, k, grouping=grouping, **kw)
-        return jax.vmap(one)(sizes)
+    atoms: np.ndarray
+    weights: np.ndarray
 
-    if weights is None:
-        return over_sizes(None)
-    return jax.vmap(over_sizes)(weights)  # the atoms' E[AP] do not batch over weightings
+
+def variant(hardness: Hardness, priors: bool = False) -> Variant:
+    """Returns the `Variant` of an estimate: its atoms under its own weights and, with `priors`,
+    under its other priors on the tail shape (`Hardness.prior_weights`) too."""
+    if hardness.atoms is None:
+        return Variant(hardness.x[..., None], np.ones((1, *hardness.x.shape[:1], 1)))
+    others = () if not priors or hardness.prior_weights is None else tuple(hardness.prior_weights)
+    return Variant(hardness.atoms, np.stack([hardness.weights, *others]))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "metric_list", "gains"))
+def _values(
+    atoms,
+    weights,
+    mask,
+    sizes,
+    views,
+    *,
+    k,
+    metric_list,
+    gains,
+    tables,
+    fixed,
+    counts,
+    n_sample,
+    grouping,
+):
+    """Returns (E[metric] [W, G, M, Q], in the views at sizes[0] [W, V, M, Q] or None)."""
+    kw = dict(metric_list=metric_list, gains=gains, tables=tables)
+
+    def at(n, x, mask_g, fixed_g, counts_g, views_g):
+        n_c, fixed_c = law.conditioned(n, fixed_g, mask_g, counts_g, n_sample)
+        one = lambda a, m, f, v: law.query_metrics(a, m, n_c, k, fixed=f, views=v, **kw)
+        v_in = None if views_g is None else jnp.moveaxis(views_g, 2, 0)  # [V, Q_g, W_g]
+        return jax.vmap(one, in_axes=(0, 0, 0, None if v_in is None else 1))(
+            x, mask_g, fixed_c, v_in
+        )  # [Q_g, V, M]
+
+    def one_atom(x):  # [Q, P]
+        def curve(x_g, mask_g, fixed_g, counts_g):
+            got = jax.vmap(lambda n: at(n, x_g, mask_g, fixed_g, counts_g, None))(sizes)
+            return jnp.moveaxis(got[:, :, 0, :], 1, 2)  # [G, M, Q_g]
+
+        slots = (x, mask, fixed, counts)
+        out = buckets.apply(curve, grouping, slots)
+        if views is None:
+            return out, None
+
+        def in_views(x_g, mask_g, fixed_g, counts_g, views_g):
+            return jnp.transpose(at(sizes[0], x_g, mask_g, fixed_g, counts_g, views_g), (1, 2, 0))
+
+        return out, buckets.apply(in_views, grouping, (*slots, jnp.moveaxis(views, 0, 2)))
+
+    per_atom, per_atom_views = jax.lax.map(one_atom, jnp.moveaxis(atoms, 2, 0))  # [A, ...]
+    contract = lambda v: jnp.einsum("a...q,wqa->w...q", v, weights)
+    return contract(per_atom), None if views is None else contract(per_atom_views)
+
+
+def predicted_values(
+    variants: Sequence[Variant],
+    mask: np.ndarray,
+    sizes,
+    k: int,
+    fixed: np.ndarray,
+    sample=None,
+    *,
+    metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
+    views: np.ndarray | None = None,
+    max_share: float = buckets.MAX_SHARE,
+    atom_tolerance: float = ATOM_TOLERANCE,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Returns every query's predicted metrics@k, in one compiled call (float64 numpy out).
+
+    The prediction is E[metric@k] under K_j ~ Poisson(n x_j) (`law.query_metrics`), averaged over
+    each variant's hardness atoms under each of its weightings; given the `sample` the hardness
+    came from (a `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it
+    conditions on the sample's own counts (the gallery contains the sample). Queries with many
+    more positives than the rest are evaluated in groups of their own width (`buckets.groups`,
+    with `max_share`; 0: never). Each variant's atoms are pruned to each query's heaviest under
+    all its weightings at once (`prune_atoms` with `atom_tolerance`; 0: never), so every value
+    moves by at most `atom_tolerance` times its range.
+
+    Args:
+      variants: the posteriors; their weightings are the rows W, in order.
+      mask: [Q, P] real positives; fixed: [Q, P] always-indexed non-relevant items above each.
+      sizes: [G] gallery sizes.
+      k: the cut-off.
+      sample: the sample the hardness came from, or None.
+      metric_list: the metrics (`core.metrics.METRICS`).
+      views: [V, Q, P] bool subsets of each query's positives, evaluated at sizes[0]; or None.
+
+    Returns:
+      ([W, G, M, Q], [W, V, M, Q] or None).
+    """
+    atoms, rows = [], []
+    start = 0
+    for v in variants:
+        a, w = prune_atoms(v.atoms, v.weights, atom_tolerance)[:2]
+        atoms.append(np.asarray(a, np.float32))
+        rows.append((start, w))
+        start += a.shape[-1]
+    weights = np.zeros((sum(len(w) for _, w in rows), mask.shape[0], start), np.float32)
+    r = 0
+    for first, w in rows:
+        weights[r : r + len(w), :, first : first + w.shape[-1]] = w
+        r += len(w)
+    counts, s = np.zeros(mask.shape, np.float32), np.float32(np.inf)
+    if sample is not None:
+        counts = np.where(mask, sample.pos_counts, 0).astype(np.float32)
+        s = np.float32(sample.n_sample)
+    metric_list = tuple(metric_list)
+    gains = tuple(dict.fromkeys(m.gain for m in metric_list))
+    got = _values(
+        jnp.asarray(np.concatenate(atoms, axis=-1)),
+        jnp.asarray(weights),
+        jnp.asarray(mask),
+        jnp.asarray(np.asarray(sizes, np.float64).reshape(-1), jnp.float32),
+        None if views is None else jnp.asarray(views),
+        k=int(k),
+        metric_list=metric_list,
+        gains=gains,
+        tables=law.rank_tables(int(k), gains),
+        fixed=jnp.asarray(np.where(mask, fixed, 0), jnp.float32),
+        counts=jnp.asarray(counts),
+        n_sample=jnp.float32(s),
+        grouping=buckets.groups(mask, max_share),
+    )
+    values, in_views = jax.device_get(got)
+    as64 = lambda a: None if a is None else np.asarray(a, np.float64)
+    return as64(values), as64(in_views)
 
 
 def per_query_aps(
@@ -80,47 +208,19 @@ def per_query_aps(
     max_share: float = buckets.MAX_SHARE,
     atom_tolerance: float = ATOM_TOLERANCE,
 ) -> np.ndarray:
-    """Returns the predicted AP@k [W, G, Q] of every query at each of the gallery sizes [G].
-
-    W = 1 + T: the prediction and then, with `priors`, the predictions under the estimate's T
-    other priors on the tail shape (`Hardness.prior_weights`; T = 0 without `priors` or without
-    them), in the same pass: E[AP] is linear in the atom weights, so each atom's is computed
-    once. One compiled call (float64 numpy out).
-
-    The prediction is E[AP@k] under K_j ~ Poisson(n x_j) (`law.expected_map`), averaged over the
-    estimator's hardness atoms when it has them; given the `sample` the hardness came from (a
-    `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it conditions on
-    the sample's own counts (the gallery contains the sample). Queries with many more positives
-    than the rest are evaluated in groups of their own width (`buckets.groups`, with `max_share`;
-    0: never, the padded arrays in one call). A posterior's atoms are pruned to each query's
-    heaviest under all the weightings at once (`prune_atoms` with `atom_tolerance`; 0: never), so
-    every query's E[AP] moves by at most `atom_tolerance`.
-    """
-    mask = hardness.mask
-    x = hardness.x if hardness.atoms is None else hardness.atoms
-    w = hardness.weights
-    if w is not None:
-        others = () if not priors or hardness.prior_weights is None else hardness.prior_weights
-        x, w = prune_atoms(x, np.stack([w, *others]), atom_tolerance)[:2]
-        w = jnp.asarray(w, jnp.float32)
-    counts, s = jnp.zeros(mask.shape, jnp.float32), jnp.float32(np.inf)
-    if sample is not None:
-        counts = jnp.asarray(np.where(mask, sample.pos_counts, 0), jnp.float32)
-        s = jnp.float32(sample.n_sample)
-    aps = _expected_map(
-        jnp.asarray(x, jnp.float32),
-        jnp.asarray(mask),
-        jnp.asarray(np.asarray(sizes, np.float64).reshape(-1), jnp.float32),
-        int(k),
-        fixed=jnp.asarray(np.where(mask, fixed, 0), jnp.float32),
-        weights=w,
-        counts=counts,
-        n_sample=s,
-        table=law.rank_table(int(k)),
-        grouping=buckets.groups(mask, max_share),
+    """Returns the predicted AP@k [W, G, Q] of every query at each of the gallery sizes [G]:
+    the estimate's, then with `priors` its other priors' (`predicted_values` for mAP)."""
+    values, _ = predicted_values(
+        [variant(hardness, priors)],
+        hardness.mask,
+        sizes,
+        k,
+        fixed,
+        sample,
+        max_share=max_share,
+        atom_tolerance=atom_tolerance,
     )
-    aps = np.asarray(jax.device_get(aps), np.float64)
-    return aps[None] if w is None else aps
+    return values[:, :, 0, :]
 
 
 def per_query_ap(hardness: Hardness, n: float, k: int, fixed: np.ndarray, sample=None):

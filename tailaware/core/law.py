@@ -13,7 +13,7 @@ Fed realized fractions K_j / N it is the gallery's exact AP@k; fed population ha
 predicts AP@k at any N. Its predictions are biased low when many positives have N x_j between 1
 and k (j / r_j is convex in K_j: Jensen), so predictions use the expectation itself,
 `expected_ap`: E[AP@k] = 1 / min(k, n_pos) sum_j j E[1{a_j + K_j <= k} / (a_j + K_j)], with
-a_j = j + F_j and K_j ~ Poisson(N x_j), read from a precomputed table (`inverse_rank_table`), and
+a_j = j + F_j and K_j ~ Poisson(N x_j), read from a precomputed table (`gain_table`), and
 averaged over a posterior of the hardness given as weighted atoms. The map stays the
 differentiable surrogate for sensitivity work. Everything here is written for one query and
 `vmap`-ed over queries.
@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, xlog1py, xlogy
 from scipy import special
+
+from tailaware.core import metrics
 
 Truncation = Literal["hard", "smooth"]
 
@@ -168,28 +170,30 @@ def top1_accuracy(x, mask, n, fixed=None):
 # within LAMBDA_MIN; the upper end is far enough past k that P(K <= k) underflows.
 LAMBDA_MIN = 1e-10
 TABLE_POINTS = 4096
-TABLE_BLOCKS = 32  # row blocks of `inverse_rank_table`, each reading only its counts' range
+TABLE_BLOCKS = 32  # row blocks of `gain_table`, each reading only its counts' range
 
 
 def _lambda_max(k: int) -> float:
     return float(k + 40.0 * np.sqrt(k) + 100.0)
 
 
-@functools.lru_cache(maxsize=8)
-def inverse_rank_table(k: int) -> np.ndarray:
-    """Returns h [L, k] float64: h[i, a - 1] = E[1{a + K <= k} / (a + K)], K ~ Poisson(lam_i).
+@functools.lru_cache(maxsize=16)
+def gain_table(k: int, gain: str = "inverse") -> np.ndarray:
+    """Returns h [L, k] float64: h[i, a - 1] = E[1{a + K <= k} g(a + K)], K ~ Poisson(lam_i).
 
-    lam_i is a log-spaced grid of L = TABLE_POINTS points from LAMBDA_MIN to k + 40 sqrt(k) + 100
-    (`table_lambdas`). Matrix products h = pmf @ T with T[m, a - 1] = 1 / (a + m) when a + m <=
-    k, by `TABLE_BLOCKS` blocks of rows: a block of means in [lo, hi] reads only the counts m
-    from lo - 40 sqrt(lo) - 60 to hi + 40 sqrt(hi) + 60, outside which each row's pmf is below
-    1e-300 of its mode (most of the log-spaced grid lies below lam = 1: 60 of k columns), equal
-    to the single product to 1e-15 at a fraction of its cost. Cached (read-only).
+    g is the rank function `metrics.GAINS[gain]` (1 / r for mAP and MRR, 1 for recall,
+    precision and hit, 1 / log2(1 + r) for nDCG). lam_i is a log-spaced grid of L =
+    TABLE_POINTS points from LAMBDA_MIN to k + 40 sqrt(k) + 100 (`table_lambdas`). Matrix
+    products h = pmf @ T with T[m, a - 1] = g(a + m) when a + m <= k, by `TABLE_BLOCKS` blocks of
+    rows: a block of means in [lo, hi] reads only the counts m from lo - 40 sqrt(lo) - 60 to
+    hi + 40 sqrt(hi) + 60, outside which each row's pmf is below 1e-300 of its mode (most of the
+    log-spaced grid lies below lam = 1: 60 of k columns), equal to the single product to 1e-15
+    at a fraction of its cost. Cached (read-only).
     """
     lam = table_lambdas(k)
     m = np.arange(k, dtype=np.float64)
     r = m[:, None] + np.arange(1, k + 1)[None, :]  # [k (m), k (a)]
-    t = np.where(r <= k, 1.0 / r, 0.0)
+    t = np.where(r <= k, metrics.GAINS[gain](np.minimum(r, k)), 0.0)
     log_factorial = special.gammaln(m + 1.0)
     h = np.empty((lam.size, k))
     for rows in np.array_split(np.arange(lam.size), TABLE_BLOCKS):
@@ -204,45 +208,88 @@ def inverse_rank_table(k: int) -> np.ndarray:
     return h
 
 
-@functools.lru_cache(maxsize=4)
-def rank_table(k: int, dtype=jnp.float32) -> jax.Array:
-    """Returns `inverse_rank_table(k)` for jitted callers: [L, k, 2], rows i and i + 1 paired.
+@functools.lru_cache(maxsize=8)
+def rank_tables(k: int, gains: tuple[str, ...] = ("inverse",), dtype=jnp.float32) -> jax.Array:
+    """Returns the `gain_table`s of `gains` for jitted callers: [L, k, G, 2], rows i and i + 1
+    paired.
 
-    An interpolation between grid rows i and i + 1 then reads one pair (one cache line) rather
-    than two entries k apart. Passed as an argument (`table=`), the table is not baked into the
-    compiled program as a constant (32 MB at k = 1000, costly to trace and compile). Cached.
+    One gather then reads every gain of a (lambda, rank) cell, and an interpolation between grid
+    rows i and i + 1 reads one pair rather than two entries k apart. Passed as an argument
+    (`tables=`), the tables are not baked into the compiled program as constants (32 MB per gain
+    at k = 1000, costly to trace and compile). Cached.
     """
-    h = inverse_rank_table(int(k))
+    h = np.stack([gain_table(int(k), g) for g in gains], axis=-1)  # [L, k, G]
     return jnp.asarray(np.stack([h, np.concatenate([h[1:], h[-1:]])], axis=-1), dtype)
 
 
 def table_lambdas(k: int) -> np.ndarray:
-    """Returns the [L] log-spaced Poisson means of `inverse_rank_table(k)`."""
+    """Returns the [L] log-spaced Poisson means of `gain_table(k, ...)`."""
     return np.geomspace(LAMBDA_MIN, _lambda_max(k), TABLE_POINTS)
 
 
-def _inverse_rank(a, lam, k, table=None):
-    """Returns E[1{a + K <= k} / (a + K)] for K ~ Poisson(lam), by the table (linear in log lam).
-
-    `a` holds integer-valued ranks >= 1 (any shape, like `lam`); a > k gives 0, lam beyond the
-    grid's top gives 0, lam below LAMBDA_MIN (also 0) reads the first grid row. `table`:
-    `rank_table(k)` (built here when None).
-    """
-    table = rank_table(k, jnp.result_type(lam)) if table is None else table
+def _table_rows(lam, k: int):
+    """Returns (row i, fraction, inside) locating Poisson means `lam` on the tables' grid (linear
+    in log lambda); `inside` is False beyond the grid's top, where every entry is 0."""
     lo, hi = np.log(LAMBDA_MIN), np.log(_lambda_max(k))
     step = (hi - lo) / (TABLE_POINTS - 1)
     safe = jnp.where(lam > LAMBDA_MIN, lam, LAMBDA_MIN)
     t = jnp.clip((jnp.log(safe) - lo) / step, 0.0, TABLE_POINTS - 1.0)
     i = jnp.minimum(jnp.floor(t).astype(jnp.int32), TABLE_POINTS - 2)
-    frac = t - i.astype(t.dtype)
+    return i, t - i.astype(t.dtype), lam <= _lambda_max(k)
+
+
+def _lookup(a, rows, k: int, tables):
+    """Returns E[1{a + K <= k} g(a + K)] [..., G] for every gain of `tables` (`rank_tables`).
+
+    `a` holds integer-valued ranks >= 1; a > k gives 0; `rows` = `_table_rows(lam, k)`, lam below
+    LAMBDA_MIN reading the first grid row, lam beyond the grid's top giving 0.
+    """
+    i, frac, inside = rows
     col = jnp.clip(a.astype(jnp.int32) - 1, 0, k - 1)
-    pair = table[i, col]  # rows i and i + 1 (`rank_table`)
-    h = (1.0 - frac) * pair[..., 0] + frac * pair[..., 1]
-    return jnp.where((a <= k) & (lam <= _lambda_max(k)), h, 0.0)
+    pair = tables[i, col]  # [..., G, 2]: rows i and i + 1
+    h = (1.0 - frac)[..., None] * pair[..., 0] + frac[..., None] * pair[..., 1]
+    return jnp.where(((a <= k) & inside)[..., None], h, 0.0)
+
+
+def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None, views=None):
+    """Returns E[metric@k] [V, M] of one query with hardness x [P] (one atom), K_j ~ Poisson(n x_j).
+
+    Each metric is a sum over the positives (`core.metrics.Metric`), so its expectation needs
+    only each K_j's marginal law: positive j (the j-th smallest in F_j + n x_j) contributes
+    weight(j) E[1{j + F_j + K_j <= k} gain(j + F_j + K_j)], read from the tables. A view keeps
+    a subset of the positives and deletes the others from the list (the ILIAS report's groups):
+    its positives are ranked among themselves, the non-relevant items above each unchanged.
+
+    Args:
+      x: [P] hardness; mask: [P] real positives; n: gallery size N; k: the cut-off (static).
+      metric_list: the `Metric`s (static); gains: the tables' gain names, in their order.
+      tables: `rank_tables(k, gains)`.
+      fixed: [P] always-indexed non-relevant items above each positive.
+      views: [V, P] bool subsets of the positives; None: one view, every positive.
+    """
+    fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
+    order = jnp.argsort(jnp.where(mask, fixed + n * x, jnp.inf), stable=True)
+    xs, fs, valid = jnp.where(mask, x, 0.0)[order], jnp.where(mask, fixed, 0.0)[order], mask[order]
+    rows = _table_rows(n * xs, int(k))
+    views = valid[None] if views is None else views[:, order] & valid[None]
+
+    def one_view(v):
+        j = jnp.cumsum(v).astype(x.dtype)
+        h = _lookup(j + fs, rows, int(k), tables)  # [P, G]
+        n_pos = jnp.sum(v).astype(x.dtype)
+        out = []
+        for m in metric_list:
+            terms = jnp.where(v, m.weight(j) * h[:, gains.index(m.gain)], 0.0)
+            norm = jnp.where(n_pos > 0, m.norm(jnp.maximum(n_pos, 1.0), int(k)), 1.0)
+            out.append(jnp.sum(terms) / norm)
+        return jnp.stack(out)
+
+    return jax.vmap(one_view)(views)
 
 
 def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
-    """Returns E[AP@k] of one query, K_j ~ Poisson(n x_j), averaged over hardness atoms.
+    """Returns E[AP@k] of one query, K_j ~ Poisson(n x_j), averaged over hardness atoms
+    (`query_metrics` for mAP).
 
     Positive j (the j-th smallest in F_j + n x_j) contributes j E[1{j + F_j + K_j <= k} /
     (j + F_j + K_j)]; AP is linear in these, so a posterior over the hardness enters as the
@@ -256,7 +303,7 @@ def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
       k: the cut-off (static: it sizes the table).
       fixed: [P] optional always-indexed non-relevant items above each positive.
       weights: [A] atom weights summing to 1 (uniform when None).
-      table: `rank_table(k)`, passed by jitted callers (built as a constant when None).
+      table: `rank_tables(k)`, passed by jitted callers (built as a constant when None).
 
     Returns:
       Scalar E[AP@k]; 0 for a query without positives.
@@ -264,17 +311,19 @@ def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
     x = jnp.asarray(x)
     atoms = x if x.ndim == 2 else x[:, None]
     w = jnp.full(atoms.shape[1], 1.0 / atoms.shape[1], atoms.dtype) if weights is None else weights
-
-    def one(xa):
-        return _expected_ap_table(xa, mask, n, k, fixed, table)
-
+    table = rank_tables(int(k), ("inverse",), atoms.dtype) if table is None else table
+    kw = dict(metric_list=(metrics.METRICS["map"],), gains=("inverse",), tables=table, fixed=fixed)
+    one = lambda xa: query_metrics(xa, mask, n, k, **kw)[0, 0]
     return jnp.sum(jax.vmap(one, in_axes=1)(atoms) * w)
 
 
-def _expected_ap_table(x, mask, n, k, fixed, table=None):
-    xs, fs, valid, j = _by_rank(x, mask, n, fixed)
-    per_pos = jnp.where(valid, j * _inverse_rank(j + fs, n * xs, int(k), table), 0.0)
-    return _mean_precision(per_pos, valid, k)
+def conditioned(n, fixed, mask, counts, n_sample):
+    """Returns (n', fixed') conditioning on the sample's own counts: in a gallery that contains
+    the sample (n >= S), K_j = c_j + Poisson((n - S) x_j), so the counts join the fixed items and
+    n - S distractors remain; below S (a sub-gallery) K_j ~ Poisson(n x_j), unchanged."""
+    inside = n >= n_sample
+    fixed = fixed + jnp.where(inside & mask, jnp.asarray(counts, fixed.dtype), 0.0)
+    return jnp.where(inside, n - n_sample, n), fixed
 
 
 def expected_map(
@@ -282,18 +331,14 @@ def expected_map(
 ):
     """Returns (mean E[AP@k], per-query E[AP@k] [Q]) for x [Q, P] or atoms [Q, P, A], w [Q, A].
 
-    With the sample's own counts (`counts` [Q, P] of `n_sample` = S sampled distractors) and a
-    gallery that contains the sample (n >= S), the prediction conditions on them:
-    K_j = c_j + Poisson((n - S) x_j), so at n = S it is the sample's realized AP exactly and the
-    sampled part adds no noise beyond it. Below S (a sub-gallery) K_j ~ Poisson(n x_j).
-    `table`: `rank_table(k)` (see `expected_ap`).
+    With the sample's own counts (`counts` [Q, P] of `n_sample` = S sampled distractors) the
+    prediction conditions on them (`conditioned`): at n = S it is the sample's realized AP
+    exactly and the sampled part adds no noise beyond it. `table`: `rank_tables(k)`.
     """
     dtype = jnp.result_type(x)
     fixed = jnp.zeros(mask.shape, dtype) if fixed is None else jnp.asarray(fixed, dtype)
     if counts is not None:
-        inside = n >= n_sample
-        fixed = fixed + jnp.where(inside & mask, jnp.asarray(counts, dtype), 0.0)
-        n = jnp.where(inside, n - n_sample, n)
+        n, fixed = conditioned(n, fixed, mask, counts, n_sample)
     if weights is None:
         aps = jax.vmap(lambda a, b, c: expected_ap(a, b, n, k, c, None, table))(x, mask, fixed)
     else:

@@ -56,7 +56,7 @@ def _dcg(r):
 
 
 # The rank functions a metric's gain can be: the law keeps one table of E[1{a + K <= k} g(a + K)]
-# per gain (`law.rank_table`), shared by every metric with that gain.
+# per gain (`law.rank_tables`), shared by every metric with that gain.
 GAINS: dict[str, Callable] = {"inverse": _inverse, "one": _ones, "dcg": _dcg}
 
 

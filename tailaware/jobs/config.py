@@ -18,7 +18,7 @@ from tailaware.tail.estimators import ESTIMATORS
 from tailaware.tail.settings import TailSettings
 
 # The largest cut-off k a job accepts: the law's table of E[1{a + K <= k} / (a + K)]
-# (`core.law.inverse_rank_table`) takes 4096 x k doubles and a k x k product to build, in a time
+# (`core.law.gain_table`) takes 4096 x k doubles and a k x k product to build, in a time
 # and memory that rule out larger k (benchmarks/README.md, "Job runtimes").
 MAX_K = 10_000
 

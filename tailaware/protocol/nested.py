@@ -204,7 +204,7 @@ def nested_bootstrap(
         jax.random.key(seed),
         c,
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        table=law.rank_table(int(k)),
+        table=law.rank_tables(int(k)),
         grouping=buckets.groups(c.mask, max_share),
         k=int(k),
         traced=estimators.get(estimator).traced,

@@ -131,7 +131,7 @@ def core_aps(c: functional.Core, estimator: str, settings: TailSettings, k: int,
     aps = _core_aps(
         c,
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        table=law.rank_table(int(k)),
+        table=law.rank_tables(int(k)),
         grouping=buckets.groups(c.mask),
         k=int(k),
         traced=estimators.get(estimator).traced,
