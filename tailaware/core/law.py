@@ -44,7 +44,7 @@ def _truncate(r, k, truncation, tau):
     raise ValueError(f"truncation must be 'hard' or 'smooth', got {truncation!r}")
 
 
-def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0):
+def ap_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
     """Returns AP@k of one query under the expected-rank map (paper Eq. for R_k).
 
     Args:
@@ -69,10 +69,11 @@ def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0)
     return _mean_precision(jnp.where(valid, w * j / r_safe, 0.0), valid, k)
 
 
-def map_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0):
+def map_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
     """Returns (mAP@k, per-query AP@k [Q]) for hardness x [Q, P] at gallery size n."""
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    aps = jax.vmap(lambda xi, mi, fi: ap_at_k(xi, mi, n, k, fi, truncation, tau))(x, mask, fixed)
+    one = lambda xi, mi, fi: ap_at_k(xi, mi, n, k, fi, truncation=truncation, tau=tau)
+    aps = jax.vmap(one)(x, mask, fixed)
     return jnp.mean(aps), aps
 
 
@@ -84,7 +85,7 @@ def realized_ap_at_k(counts, mask, k, fixed=None):
     return map_at_k(x, mask, 1.0, k, fixed)[1]
 
 
-def _expected_ap_under(log_pmf_fn, x, mask, n, k, fixed):
+def _expected_ap_under(log_pmf_fn, x, mask, n, k, *, fixed):
     """E[AP@k] for one query when each K_j has log pmf `log_pmf_fn(m, x_j)`, m = 0..k-1.
 
     AP is a sum over positives, so its expectation needs only each K_j's marginal law: positive
@@ -130,12 +131,14 @@ def poisson_log_pmf(m, lam):
 
 def expected_ap_binomial(x, mask, n, k, fixed=None):
     """Returns the exact E[AP@k] of one query under K_j ~ Binomial(n, x_j) (k static)."""
-    return _expected_ap_under(lambda m, xj: binomial_log_pmf(m, n, xj), x, mask, n, k, fixed)
+    log_pmf = lambda m, xj: binomial_log_pmf(m, n, xj)
+    return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
 def expected_ap_poisson(x, mask, n, k, fixed=None):
     """Returns E[AP@k] of one query under the rare-event limit K_j ~ Poisson(n x_j) (k static)."""
-    return _expected_ap_under(lambda m, xj: poisson_log_pmf(m, n * xj), x, mask, n, k, fixed)
+    log_pmf = lambda m, xj: poisson_log_pmf(m, n * xj)
+    return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
 def top1_survival(x, n, exact: bool = False):
@@ -241,7 +244,7 @@ def _inverse_rank(a, lam, k, table=None):
     return jnp.where((a <= k) & (lam <= _lambda_max(k)), h, 0.0)
 
 
-def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
+def expected_ap(x, mask, n, k: int, *, fixed=None, weights=None, table=None):
     """Returns E[AP@k] of one query, K_j ~ Poisson(n x_j), averaged over hardness atoms.
 
     Positive j (the j-th smallest in F_j + n x_j) contributes j E[1{j + F_j + K_j <= k} /
@@ -266,12 +269,12 @@ def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
     w = jnp.full(atoms.shape[1], 1.0 / atoms.shape[1], atoms.dtype) if weights is None else weights
 
     def one(xa):
-        return _expected_ap_table(xa, mask, n, k, fixed, table)
+        return _expected_ap_table(xa, mask, n, k, fixed=fixed, table=table)
 
     return jnp.sum(jax.vmap(one, in_axes=1)(atoms) * w)
 
 
-def _expected_ap_table(x, mask, n, k, fixed, table=None):
+def _expected_ap_table(x, mask, n, k, *, fixed, table=None):
     xs, fs, valid, j = _by_rank(x, mask, n, fixed)
     per_pos = jnp.where(valid, j * _inverse_rank(j + fs, n * xs, int(k), table), 0.0)
     return _mean_precision(per_pos, valid, k)
@@ -295,8 +298,9 @@ def expected_map(
         fixed = fixed + jnp.where(inside & mask, jnp.asarray(counts, dtype), 0.0)
         n = jnp.where(inside, n - n_sample, n)
     if weights is None:
-        aps = jax.vmap(lambda a, b, c: expected_ap(a, b, n, k, c, None, table))(x, mask, fixed)
+        one = lambda a, b, c: expected_ap(a, b, n, k, fixed=c, table=table)
+        aps = jax.vmap(one)(x, mask, fixed)
     else:
-        one = lambda a, b, c, w: expected_ap(a, b, n, k, c, w, table)
+        one = lambda a, b, c, w: expected_ap(a, b, n, k, fixed=c, weights=w, table=table)
         aps = jax.vmap(one)(x, mask, fixed, weights)
     return jnp.mean(aps), aps
