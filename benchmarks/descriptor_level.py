@@ -103,11 +103,16 @@ def main():
                 d.positives_per_instance,
                 args.distractors,
                 dim,
-                seed,
+                seed=seed,
             )
             for fraction in args.fractions:
                 counts, scores = synthetic.score(
-                    bench, sizes, fraction, settings.tail.top_m, seed, progress=False
+                    bench,
+                    sizes,
+                    fraction=fraction,
+                    top_m=settings.tail.top_m,
+                    seed=seed,
+                    progress=False,
                 )
                 truth = {
                     n: metrics.map_from_counts(counts[n], args.k, scores.fixed_counts)

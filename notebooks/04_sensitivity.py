@@ -81,7 +81,7 @@ h = hard["evt"]
 x, mask = jnp.asarray(h.x, jnp.float32), jnp.asarray(h.mask)
 fixed = jnp.asarray(np.where(h.mask, scores.fixed_counts, 0), jnp.float32)
 grid = np.geomspace(1e4, 1e8, 17)
-g = [sensitivity.gradients(x, mask, float(n), float(k), fixed) for n in grid]
+g = [sensitivity.gradients(x, mask, float(n), float(k), fixed=fixed) for n in grid]
 curve = np.array([float(r.map) for r in g])
 slope = np.array([float(r.per_decade) for r in g])
 fd = np.gradient(curve, np.log10(grid))
@@ -119,7 +119,7 @@ plt.show()
 
 # %%
 deltas = jnp.linspace(-np.log(10), np.log(10), 41)
-resp = sensitivity.uniform_response(x, mask, float(n_full), float(k), deltas, fixed)
+resp = sensitivity.uniform_response(x, mask, float(n_full), float(k), deltas, fixed=fixed)
 
 c = np.geomspace(0.1, 10, 81)
 one = jnp.ones((1,), bool)
@@ -150,7 +150,7 @@ plt.show()
 
 # %%
 exact, first = sensitivity.positive_response(
-    x, mask, float(n_full), float(k), np.log(2.0), fixed, truncation="smooth"
+    x, mask, float(n_full), float(k), np.log(2.0), fixed=fixed, truncation="smooth"
 )
 m = np.asarray(mask)
 plt.figure(figsize=(4.5, 4))
@@ -228,7 +228,7 @@ d_pos, d_scores = sensitivity.score_gradients(
     mask,
     float(n_full),
     float(k),
-    fixed,
+    fixed=fixed,
     settings=settings,
 )
 q_star = int(top[0])

@@ -67,7 +67,7 @@ def _sample(dis, fixed_items, pos, kept, m_stored):
     tail[:, : kept.sum()] = -np.sort(-dis[:, kept], axis=1)
     counts = (dis[:, None, kept] > pos[:, :, None]).sum(axis=2)
     fixed = (fixed_items[:, None, :] > pos[:, :, None]).sum(axis=2)
-    return make_scores(tail, pos, counts, int(kept.sum()), fixed)
+    return make_scores(tail, pos, counts, int(kept.sum()), fixed_counts=fixed)
 
 
 def test_gallery_cut_moves_the_top_distractors_below_everything():

@@ -38,7 +38,12 @@ def test_core_reads_only_the_real_scores_of_a_padded_file():
     tail = np.full((sc.num_queries, 4000), -np.inf, np.float32)
     tail[:, : sc.n_sample] = sc.tail_scores
     padded = scores.make_scores(
-        tail, sc.pos_scores, sc.pos_counts, sc.n_sample, sc.fixed_counts, source="padded"
+        tail,
+        sc.pos_scores,
+        sc.pos_counts,
+        sc.n_sample,
+        fixed_counts=sc.fixed_counts,
+        source="padded",
     )
     want = prediction.core_aps(functional.core(sc, c), "evt_averaged", c, 100, [1e7])
     got = prediction.core_aps(functional.core(padded, c), "evt_averaged", c, 100, [1e7])

@@ -96,7 +96,7 @@ def test_gradients_finite_at_edges(truncation):
     mask = jnp.array([[True, True, True, False]])
 
     def f(x, log_n):
-        return law.map_at_k(x, mask, jnp.exp(log_n), 1000.0, None, truncation)[0]
+        return law.map_at_k(x, mask, jnp.exp(log_n), 1000.0, truncation=truncation)[0]
 
     gx, gn = jax.grad(f, argnums=(0, 1))(x, jnp.log(jnp.float32(1e6)))
     assert np.isfinite(np.asarray(gx)).all() and np.isfinite(float(gn))
@@ -110,7 +110,7 @@ def test_smooth_truncation_gradients_match_finite_differences(x64):
     mask = jnp.asarray(rng.random((4, 6)) < 0.8)
 
     def f(x, log_n):
-        return law.map_at_k(x, mask, jnp.exp(log_n), 100.0, None, "smooth", 2.0)[0]
+        return law.map_at_k(x, mask, jnp.exp(log_n), 100.0, truncation="smooth", tau=2.0)[0]
 
     check_grads(f, (x, jnp.log(5e4)), order=1, modes=["rev"], atol=1e-6, rtol=1e-4, eps=1e-8)
 
@@ -158,7 +158,9 @@ def test_expected_ap_table_matches_the_poisson_sum(k, x64):
         mask[0] = True
         fixed = rng.integers(0, 4, 6) * (rng.uniform() < 0.5)
         n = 10.0 ** rng.uniform(2, 9)
-        got = law.expected_ap(jnp.asarray(x), jnp.asarray(mask), n, k, jnp.asarray(fixed, float))
+        got = law.expected_ap(
+            jnp.asarray(x), jnp.asarray(mask), n, k, fixed=jnp.asarray(fixed, float)
+        )
         want = _poisson_ap_reference(x, mask, n, k, fixed)
         np.testing.assert_allclose(float(got), want, atol=2e-6)
 
@@ -169,7 +171,7 @@ def test_expected_ap_averages_hardness_atoms(x64):
     mask = np.array([True, True, True, False, True])
     w = rng.dirichlet(np.ones(7))
     fixed = np.zeros(5)
-    got = law.expected_ap(jnp.asarray(atoms), jnp.asarray(mask), 1e8, 100, None, jnp.asarray(w))
+    got = law.expected_ap(jnp.asarray(atoms), jnp.asarray(mask), 1e8, 100, weights=jnp.asarray(w))
     want = sum(w[a] * _poisson_ap_reference(atoms[:, a], mask, 1e8, 100, fixed) for a in range(7))
     np.testing.assert_allclose(float(got), want, atol=2e-6)
 

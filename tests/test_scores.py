@@ -48,8 +48,8 @@ def test_concatenate_restores_a_split_file():
         first.pos_scores[:, :2],
         first.pos_counts[:, :2],
         first.n_sample,
-        first.fixed_counts[:, :2],
-        first.query_ids,
+        fixed_counts=first.fixed_counts[:, :2],
+        query_ids=first.query_ids,
     )
     back = scores_lib.concatenate([first, whole.subset(np.array([2, 3, 4]))])
     for name in ("tail_scores", "pos_scores", "pos_counts", "fixed_counts", "query_ids"):

@@ -47,10 +47,10 @@ def test_gradients_match_finite_differences(x64):
 
     @jax.jit  # check_grads calls f many times; compile it once
     def f(x, log_n):
-        return law.map_at_k(x, mask, jnp.exp(log_n), K, fixed, "smooth", 2.0)[0]
+        return law.map_at_k(x, mask, jnp.exp(log_n), K, fixed, truncation="smooth", tau=2.0)[0]
 
     check_grads(f, (x, jnp.log(N)), order=1, modes=["rev"], atol=1e-7, rtol=1e-4, eps=1e-9)
-    g = sensitivity.gradients(x, mask, N, K, fixed, "smooth", 2.0)
+    g = sensitivity.gradients(x, mask, N, K, fixed=fixed, truncation="smooth", tau=2.0)
     gx, gn = jax.grad(f, argnums=(0, 1))(x, jnp.log(N))
     np.testing.assert_allclose(np.asarray(g.d_x), np.where(mask, gx, 0.0), rtol=1e-12)
     # Central differences in ln N, independent of autodiff.
@@ -69,11 +69,11 @@ def test_gradients_match_finite_differences(x64):
 def test_log_n_is_the_sum_of_log_x(truncation, x64):
     # x enters only through N x, so d/d ln N = sum_j d/d log x_j, per query and in total.
     x, mask, fixed = hardness(1)
-    g = sensitivity.gradients(x, mask, N, K, fixed, truncation)
+    g = sensitivity.gradients(x, mask, N, K, fixed=fixed, truncation=truncation)
     np.testing.assert_allclose(float(g.d_log_n), float(g.d_log_x.sum()), rtol=1e-10)
 
     def ap(xq, mq, fq, log_n):
-        return law.ap_at_k(xq, mq, jnp.exp(log_n), K, fq, truncation)
+        return law.ap_at_k(xq, mq, jnp.exp(log_n), K, fq, truncation=truncation)
 
     direct = jax.vmap(jax.grad(ap, argnums=3), in_axes=(0, 0, 0, None))(x, mask, fixed, jnp.log(N))
     np.testing.assert_allclose(np.asarray(g.aps_d_log_n), np.asarray(direct), rtol=1e-9, atol=1e-15)
@@ -86,7 +86,7 @@ def test_gradients_finite_at_edges(truncation):
     # and padding; float32, the default dtype.
     x = jnp.array([[0.0, 0.0, 97.0 / N, 0.5, 0.0]], jnp.float32)
     mask = jnp.array([[True, True, True, True, False]])
-    g = sensitivity.gradients(x, mask, jnp.float32(N), jnp.float32(K), None, truncation)
+    g = sensitivity.gradients(x, mask, jnp.float32(N), jnp.float32(K), truncation=truncation)
     for leaf in jax.tree_util.tree_leaves(g):
         assert np.isfinite(np.asarray(leaf)).all()
     assert float(g.d_log_x[0, 0]) == 0.0 and float(g.d_log_x[0, 4]) == 0.0
@@ -94,14 +94,14 @@ def test_gradients_finite_at_edges(truncation):
     if truncation == "smooth":
         # At the k boundary the smooth step adds the loss of the positive falling out of the
         # top k, which the hard cut-off's gradient does not see.
-        hard = sensitivity.gradients(x, mask, jnp.float32(N), jnp.float32(K), None, "hard")
+        hard = sensitivity.gradients(x, mask, jnp.float32(N), jnp.float32(K), truncation="hard")
         assert float(g.d_x[0, 2]) < 2.0 * float(hard.d_x[0, 2]) < 0.0
 
 
 def test_uniform_error_is_a_change_of_gallery_size(x64):
     x, mask, fixed = hardness(2)
     deltas = jnp.array([-2.0, -np.log(2), -1e-4, 0.0, 1e-4, np.log(2), 2.0])
-    r = sensitivity.uniform_response(x, mask, N, K, deltas, fixed)
+    r = sensitivity.uniform_response(x, mask, N, K, deltas, fixed=fixed)
     base = law.map_at_k(x, mask, N, K, fixed)[0]
     for d, got in zip(np.asarray(deltas), np.asarray(r.map), strict=True):
         moved = law.map_at_k(x, mask, N * np.exp(d), K, fixed)[0]
@@ -133,23 +133,27 @@ def test_rational_response_is_damped_against_exponential(x64):
     np.testing.assert_allclose(float(r.map[0]), 1 / 11 - 1 / 2, rtol=1e-12)
     np.testing.assert_allclose(float(r.top1[0]), np.exp(-10) - np.exp(-1), rtol=1e-12)
     # Elasticity of the precision term is -p (1 - p) at F = 0, at most 1/4.
-    g = sensitivity.gradients(x, mask, N, 1000.0, None, "hard")
+    g = sensitivity.gradients(x, mask, N, 1000.0, truncation="hard")
     np.testing.assert_allclose(float(g.d_log_x[0, 0]), -0.25, rtol=1e-12)
 
 
 def test_positive_response_matches_a_loop(x64):
     x, mask, fixed = hardness(3)
     delta = 0.3
-    exact, first = sensitivity.positive_response(x, mask, N, K, delta, fixed, "smooth", 2.0)
-    base = law.map_at_k(x, mask, N, K, fixed, "smooth", 2.0)[0]
+    exact, first = sensitivity.positive_response(
+        x, mask, N, K, delta, fixed=fixed, truncation="smooth", tau=2.0
+    )
+    base = law.map_at_k(x, mask, N, K, fixed, truncation="smooth", tau=2.0)[0]
     for q in range(Q):
         for j in range(P):
             moved = x.at[q, j].multiply(np.exp(delta))
-            want = law.map_at_k(moved, mask, N, K, fixed, "smooth", 2.0)[0] - base
+            want = law.map_at_k(moved, mask, N, K, fixed, truncation="smooth", tau=2.0)[0] - base
             np.testing.assert_allclose(
                 float(exact[q, j]), float(want) if mask[q, j] else 0.0, atol=1e-14
             )
-    small_e, small_f = sensitivity.positive_response(x, mask, N, K, 1e-5, fixed, "smooth", 2.0)
+    small_e, small_f = sensitivity.positive_response(
+        x, mask, N, K, 1e-5, fixed=fixed, truncation="smooth", tau=2.0
+    )
     np.testing.assert_allclose(np.asarray(small_e), np.asarray(small_f), rtol=1e-3, atol=1e-15)
 
 
@@ -161,10 +165,12 @@ def test_tail_gradients_match_finite_differences(x64):
     @jax.jit
     def f(p):
         xt = jnp.where(tail, jnp.exp(sensitivity.gpd_log_x(p, pos)), x)
-        return law.map_at_k(xt, mask, N, K, fixed, "smooth", 2.0)[0]
+        return law.map_at_k(xt, mask, N, K, fixed, truncation="smooth", tau=2.0)[0]
 
     check_grads(f, (params,), order=1, modes=["rev"], atol=1e-8, rtol=1e-4, eps=1e-7)
-    g = sensitivity.tail_gradients(params, pos, x, tail, mask, N, K, fixed, "smooth", 2.0)
+    g = sensitivity.tail_gradients(
+        params, pos, x, tail, mask, N, K, fixed=fixed, truncation="smooth", tau=2.0
+    )
     for got, want in zip(g, jax.grad(f)(params), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
     # Raising the exceedance rate makes every tail-priced positive harder.
@@ -252,10 +258,10 @@ def test_delta_method_sd_matches_resampled_counts(x64):
     x_true = np.sort(10 ** rng.uniform(-3.3, -2.3, (q, p)), axis=1)
     mask = np.ones((q, p), bool)
     draws = np.stack([nested_counts(rng, s, xq, 400) for xq in x_true], axis=1)  # [R, Q, P]
-    f = jax.jit(lambda x: law.map_at_k(x, mask, n, k, None, "smooth", 2.0)[0])
+    f = jax.jit(lambda x: law.map_at_k(x, mask, n, k, truncation="smooth", tau=2.0)[0])
     maps = np.array([float(f(jnp.asarray(c / s))) for c in draws])
     x0 = jnp.asarray(draws[0] / s)
-    g = sensitivity.gradients(x0, mask, n, k, None, "smooth", 2.0)
+    g = sensitivity.gradients(x0, mask, n, k, truncation="smooth", tau=2.0)
     cov = sensitivity.count_log_x_covariance(draws[0], mask, s)
     unc = sensitivity.uncertainty(g.d_log_x, cov)
     np.testing.assert_allclose(float(unc.sd), maps.std(), rtol=0.25)
@@ -288,7 +294,7 @@ def test_blind_response_prices_unseen_positives_at_the_floor(x64):
 def tiny_benchmark():
     """A 12-query synthetic benchmark scored against 30k distractors, with a 20% sample."""
     bench = synthetic.make_benchmark(12, 1, 4, 30_000, 32, seed=1)
-    truth, scores = synthetic.score(bench, [30_000], 0.2, 400, seed=1)
+    truth, scores = synthetic.score(bench, [30_000], fraction=0.2, top_m=400, seed=1)
     return scores, TailSettings(top_m=400, threshold_quantile=0.9)
 
 
@@ -321,7 +327,7 @@ def test_score_gradients_through_the_fitter(tiny_benchmark, x64):
     x, mask, tp = jnp.asarray(hard.x), jnp.asarray(hard.mask), jnp.asarray(hard.tail_priced)
     s = float(scores.n_sample)
     d_pos, d_tail = sensitivity.score_gradients(
-        pos, tail, s, x, tp, mask, 3e4, 100.0, None, settings
+        pos, tail, s, x, tp, mask, 3e4, 100.0, settings=settings
     )
     assert np.isfinite(np.asarray(d_pos)).all() and np.isfinite(np.asarray(d_tail)).all()
     # A raised tail score makes the tail heavier and mAP lower, somewhere.
@@ -331,7 +337,7 @@ def test_score_gradients_through_the_fitter(tiny_benchmark, x64):
     def f(t):
         log_x = evt.log_tail_prob(pos, t, s, settings, "mle")
         xt = jnp.where(tp & mask, jnp.exp(log_x), x)
-        return law.map_at_k(xt, mask, 3e4, 100.0, None, "smooth", 1.0)[0]
+        return law.map_at_k(xt, mask, 3e4, 100.0, truncation="smooth", tau=1.0)[0]
 
     # Central differences along a random direction of the excesses (the threshold's rank fixed).
     rng = np.random.default_rng(0)

@@ -46,7 +46,7 @@ def _truncate(r, k, truncation, tau):
     raise ValueError(f"truncation must be 'hard' or 'smooth', got {truncation!r}")
 
 
-def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0):
+def ap_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
     """Returns AP@k of one query under the expected-rank map (paper Eq. for R_k).
 
     Args:
@@ -71,10 +71,11 @@ def ap_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0)
     return _mean_precision(jnp.where(valid, w * j / r_safe, 0.0), valid, k)
 
 
-def map_at_k(x, mask, n, k, fixed=None, truncation: Truncation = "hard", tau=1.0):
+def map_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
     """Returns (mAP@k, per-query AP@k [Q]) for hardness x [Q, P] at gallery size n."""
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    aps = jax.vmap(lambda xi, mi, fi: ap_at_k(xi, mi, n, k, fi, truncation, tau))(x, mask, fixed)
+    one = lambda xi, mi, fi: ap_at_k(xi, mi, n, k, fi, truncation=truncation, tau=tau)
+    aps = jax.vmap(one)(x, mask, fixed)
     return jnp.mean(aps), aps
 
 
@@ -86,7 +87,7 @@ def realized_ap_at_k(counts, mask, k, fixed=None):
     return map_at_k(x, mask, 1.0, k, fixed)[1]
 
 
-def _expected_ap_under(log_pmf_fn, x, mask, n, k, fixed):
+def _expected_ap_under(log_pmf_fn, x, mask, n, k, *, fixed):
     """E[AP@k] for one query when each K_j has log pmf `log_pmf_fn(m, x_j)`, m = 0..k-1.
 
     AP is a sum over positives, so its expectation needs only each K_j's marginal law: positive
@@ -132,12 +133,14 @@ def poisson_log_pmf(m, lam):
 
 def expected_ap_binomial(x, mask, n, k, fixed=None):
     """Returns the exact E[AP@k] of one query under K_j ~ Binomial(n, x_j) (k static)."""
-    return _expected_ap_under(lambda m, xj: binomial_log_pmf(m, n, xj), x, mask, n, k, fixed)
+    log_pmf = lambda m, xj: binomial_log_pmf(m, n, xj)
+    return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
 def expected_ap_poisson(x, mask, n, k, fixed=None):
     """Returns E[AP@k] of one query under the rare-event limit K_j ~ Poisson(n x_j) (k static)."""
-    return _expected_ap_under(lambda m, xj: poisson_log_pmf(m, n * xj), x, mask, n, k, fixed)
+    log_pmf = lambda m, xj: poisson_log_pmf(m, n * xj)
+    return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
 def top1_survival(x, n, exact: bool = False):
@@ -287,7 +290,7 @@ def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None,
     return jax.vmap(one_view)(views)
 
 
-def expected_ap(x, mask, n, k: int, fixed=None, weights=None, table=None):
+def expected_ap(x, mask, n, k: int, *, fixed=None, weights=None, table=None):
     """Returns E[AP@k] of one query, K_j ~ Poisson(n x_j), averaged over hardness atoms
     (`query_metrics` for mAP).
 
@@ -340,8 +343,9 @@ def expected_map(
     if counts is not None:
         n, fixed = conditioned(n, fixed, mask, counts, n_sample)
     if weights is None:
-        aps = jax.vmap(lambda a, b, c: expected_ap(a, b, n, k, c, None, table))(x, mask, fixed)
+        one = lambda a, b, c: expected_ap(a, b, n, k, fixed=c, table=table)
+        aps = jax.vmap(one)(x, mask, fixed)
     else:
-        one = lambda a, b, c, w: expected_ap(a, b, n, k, c, w, table)
+        one = lambda a, b, c, w: expected_ap(a, b, n, k, fixed=c, weights=w, table=table)
         aps = jax.vmap(one)(x, mask, fixed, weights)
     return jnp.mean(aps), aps

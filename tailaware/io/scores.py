@@ -77,6 +77,7 @@ def make_scores(
     pos_scores,
     pos_counts,
     n_sample,
+    *,
     fixed_counts=None,
     query_ids=None,
     source: str = "<arrays>",
@@ -244,7 +245,7 @@ def _validate(fields: dict, src: str) -> SampledScores:
     if not valid.any(axis=1).all():
         row = int(np.flatnonzero(~valid.any(axis=1))[0])
         fail("pos_scores", f"query {row} has no positives")
-    counts, reconciled = _agree_with_tail(tail, pos, counts, valid, n_finite == m, fail)
+    counts, reconciled = _agree_with_tail(tail, pos, counts, valid, full=n_finite == m, fail=fail)
 
     if "fixed_counts" in fields:
         fixed = fields["fixed_counts"]
@@ -266,7 +267,7 @@ def _validate(fields: dict, src: str) -> SampledScores:
 FIELDS = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
 
 
-def _agree_with_tail(tail, pos, counts, valid, full, fail) -> tuple[np.ndarray, int]:
+def _agree_with_tail(tail, pos, counts, valid, *, full, fail) -> tuple[np.ndarray, int]:
     """Returns (the counts, how many were reconciled) after checking them against the tail.
 
     A count is at least the stored scores strictly above its positive, and exactly that many

@@ -45,10 +45,12 @@ def run(config, workdir: str) -> None:
         d.positives_per_instance,
         d.n_distractors,
         d.dim,
-        config.seed,
+        seed=config.seed,
     )
     sizes = sorted({int(s) for s in d.sizes if s <= d.n_distractors} | {d.n_distractors})
-    truth_counts, scores = synthetic.score(bench, sizes, d.sample_fraction, tail.top_m, config.seed)
+    truth_counts, scores = synthetic.score(
+        bench, sizes, fraction=d.sample_fraction, top_m=tail.top_m, seed=config.seed
+    )
     k = int(config.k)
     truth = [metrics.map_from_counts(truth_counts[s], k, scores.fixed_counts) for s in sizes]
     n_full = sizes[-1]

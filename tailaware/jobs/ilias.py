@@ -76,7 +76,9 @@ def run(config, workdir: str) -> Prediction | None:
     )
     if process != 0:
         return None
-    state, n_sample = scoring.merge_processes(partials, count, spec, state, n_sample, len(shards))
+    state, n_sample = scoring.merge_processes(
+        partials, count, spec, state, n_sample=n_sample, n_shards=len(shards)
+    )
     if n_sample == 0:
         raise ValueError(
             f"{config.features}: no distractor in the {config.sample_fraction} sample of "
@@ -84,7 +86,7 @@ def run(config, workdir: str) -> Prediction | None:
         )
     counts = np.where(slots >= 0, state.counts, -1)
     scores = scores_lib.make_scores(
-        state.vals, pos, counts, n_sample, fixed, queries.ids, source=workdir
+        state.vals, pos, counts, n_sample, fixed_counts=fixed, query_ids=queries.ids, source=workdir
     )
     scores_lib.save_scores(os.path.join(workdir, "sampled_scores.npz"), scores)
     n_target = int(config.n_target) or n_distractors
@@ -94,7 +96,7 @@ def run(config, workdir: str) -> Prediction | None:
         result = prediction.exact(scores, settings.k, n_distractors)._replace(
             queries=config.queries
         )
-        lists = exact.ranked_lists(state, all_scores, relevant, positives.ids, shards, settings.k)
+        lists = exact.ranked_lists(state, all_scores, relevant, positives.ids, shards, k=settings.k)
         lists["query_ids"] = [str(i) for i in queries.ids]
         _write_pickle(os.path.join(workdir, f"ranked_top{settings.k}.pkl"), lists)
         report.write_prediction(result, workdir)

@@ -77,8 +77,8 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         scores.pos_scores,
         np.where(mask, np.minimum(counts, s_new), -1),
         s_new,
-        np.where(mask, scores.fixed_counts, -1),
-        scores.query_ids,
+        fixed_counts=np.where(mask, scores.fixed_counts, -1),
+        query_ids=scores.query_ids,
         source=f"thin(p={p})",
     )
 

@@ -137,5 +137,10 @@ def cut_sample(sample: SampledScores, top, m) -> SampledScores:
     counts = np.where(sample.mask, sample.pos_counts - above.sum(axis=2), -1)
     tail = -np.sort(-np.where(moved, -SCORE_BOUND, tail), axis=1)  # above the -inf padding
     return make_scores(
-        tail, sample.pos_scores, counts, sample.n_sample, sample.fixed_counts, sample.query_ids
+        tail,
+        sample.pos_scores,
+        counts,
+        sample.n_sample,
+        fixed_counts=sample.fixed_counts,
+        query_ids=sample.query_ids,
     )

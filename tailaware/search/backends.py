@@ -72,6 +72,7 @@ class HostBackend:
         self,
         queries: np.ndarray,
         m: int,
+        *,
         threads: int | None = None,
         chunk: int = 4096,
         floor_spare: int = 1024,
@@ -107,7 +108,12 @@ class HostBackend:
     def subset(self, rows: np.ndarray) -> "HostBackend":
         """Returns a backend of the same settings for the queries `rows`."""
         return type(self)(
-            self.queries[rows], self.m, self.threads, self.chunk, self.floor_spare, self.speculates
+            self.queries[rows],
+            self.m,
+            threads=self.threads,
+            chunk=self.chunk,
+            floor_spare=self.floor_spare,
+            speculates=self.speculates,
         )
 
     def start(self, pos_scores: np.ndarray, state: TopState) -> None:

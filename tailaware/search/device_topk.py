@@ -248,7 +248,7 @@ def _wide(ids, block_ids, rows: int):
     return jnp.concatenate([ids, jnp.broadcast_to(block_ids, (rows, block_ids.size))], axis=1)
 
 
-def _cut_heavy(buf: Buffer, s, shard, row, heavy, r: int, m: int) -> Buffer:
+def _cut_heavy(buf: Buffer, s, shard, row, heavy, *, r: int, m: int) -> Buffer:
     """Cuts the rows `heavy` [Q] bool (at most r) to the top-M of their buffer and block `s`."""
     q = s.shape[0]
     which = first_true(heavy[None, :], r)[0]  # [r], Q past the last (dropped below)
@@ -299,7 +299,7 @@ def step(buf: Buffer, queries, x, shard, row, pos, floor, *, settings: Settings,
             if cut:  # the buffer is full
                 buf = _cut(buf, buf.vals, buf.shard, buf.row, m)._replace(cuts=buf.cuts + 1)
             if cut_heavy:
-                buf = _cut_heavy(buf, s, shard, row, heavy, settings.heavy_rows, m)
+                buf = _cut_heavy(buf, s, shard, row, heavy, r=settings.heavy_rows, m=m)
             vals, cols = candidates(s, thr, c, settings.chunk)
             new = (vals > -jnp.inf) & ~heavy[:, None]
             vals = jnp.where(new, vals, -jnp.inf)

@@ -26,7 +26,7 @@ def positive_scores(all_scores, slots, relevant):
     return pos.astype(np.float32), np.where(mask, fixed, -1).astype(np.int64)
 
 
-def ranked_lists(state, all_scores, relevant, positive_ids, shards, k):
+def ranked_lists(state, all_scores, relevant, positive_ids, shards, *, k):
     """Returns the official pickle layout of the top-k database items of every query.
 
     The database is positives + distractors; order: score descending, and among equal scores

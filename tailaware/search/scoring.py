@@ -310,7 +310,7 @@ class _Progress:
         )
 
 
-def merge_processes(partials, count, spec, state, n_sample, n_shards):
+def merge_processes(partials, count, spec, state, *, n_sample, n_shards):
     """Returns process 0's merged (state, S): waits for the other processes' final partials in
     `partials` and merges them in order into its own."""
     for p in range(1, count):

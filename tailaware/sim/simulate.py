@@ -197,6 +197,7 @@ def make_benchmark(
     num_queries: int = 1200,
     n_pool: int = 100_000_000,
     family: str = "kumaraswamy",
+    *,
     alpha: float = 1.2,
     x_range: tuple[float, float] = (3e-9, 0.1),
     difficulty_sd: float = 0.7,
@@ -286,7 +287,7 @@ def second_system(bench: Benchmark, seed: int, shift: float = 0.3, spread: float
     return other if bench.family in BOUNDED else with_law(other, law)
 
 
-def _nested_binomial(rng, n_total, start_count, start_lower, x, mask):
+def _nested_binomial(rng, x, mask, n_total, *, start_count, start_lower):
     """Returns cumulative counts [Q, P] of n_total iid U(0,1) below each ascending x_j.
 
     Starts from `start_count` [Q] uniforms already known below `start_lower` [Q]; the remaining
@@ -327,13 +328,15 @@ def draw(bench: Benchmark, fraction: float, top_m: int = 4000, seed: int = 0) ->
     # Sampled counts: exact from the stored U's inside the tail, nested binomials beyond it.
     u_m = u[:, -1]
     in_tail = (u[:, None, :] < x[:, :, None]).sum(axis=2)
-    beyond = _nested_binomial(rng, s, np.full(q, m), u_m, x, mask)
+    beyond = _nested_binomial(rng, x, mask, s, start_count=np.full(q, m), start_lower=u_m)
     counts = np.where(x <= u_m[:, None], in_tail, beyond)
     # float32 rounding may move a positive across a neighbouring tail score: the stored file
     # must agree with itself (scores.py validates it), so recount what the user would see.
     counts = _recount(tail, pos32, mask, counts)
 
-    unsampled = _nested_binomial(rng, n - s, np.zeros(q, np.int64), np.zeros(q), x, mask)
+    unsampled = _nested_binomial(
+        rng, x, mask, n - s, start_count=np.zeros(q, np.int64), start_lower=np.zeros(q)
+    )
     truth = np.where(mask, counts + unsampled, -1)
     scores = make_scores(
         tail,
@@ -372,4 +375,11 @@ def rounded(
         pos = np.where(scores.mask, cut(pos), np.nan)
     counts = _recount(tail, pos, scores.mask, scores.pos_counts)
     counts = np.where(scores.mask, counts, -1)
-    return make_scores(tail, pos, counts, scores.n_sample, scores.fixed_counts, scores.query_ids)
+    return make_scores(
+        tail,
+        pos,
+        counts,
+        scores.n_sample,
+        fixed_counts=scores.fixed_counts,
+        query_ids=scores.query_ids,
+    )

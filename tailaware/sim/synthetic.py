@@ -62,6 +62,7 @@ def make_benchmark(
     positives_per_instance: int,
     n_distractors: int,
     dim: int,
+    *,
     seed: int = 0,
     n_clusters: int = 48,
 ) -> Benchmark:
@@ -117,7 +118,7 @@ def _ground_truth(bench: Benchmark):
     return pos.astype(np.float32), mask, fixed
 
 
-def score(bench: Benchmark, sizes, fraction: float, top_m: int, seed: int, progress=True):
+def score(bench: Benchmark, sizes, *, fraction: float, top_m: int, seed: int, progress=True):
     """Scores every distractor once (with a progress bar unless `progress` is False).
 
     Returns:
@@ -163,7 +164,7 @@ def score(bench: Benchmark, sizes, fraction: float, top_m: int, seed: int, progr
         np.where(mask, pos, np.nan),
         np.where(mask, sampled, -1),
         n_sample,
-        np.where(mask, fixed, -1),
+        fixed_counts=np.where(mask, fixed, -1),
         source="synthetic benchmark",
     )
     return {s: np.where(mask, c, -1) for s, c in truth.items()}, scores

@@ -79,7 +79,7 @@ def _tail(method: str) -> Callable:
         at_q = dataclasses.replace(
             settings, threshold_quantile=c.threshold_quantile, averaged_quantile=averaged
         )
-        est = evt.tail_hardness(c.pos, c.counts, c.mask, c.tail, c.s, at_q, method)
+        est = evt.tail_hardness(c.pos, c.counts, c.mask, c.tail, c.s, at_q, method=method)
         atoms = evt.priced_atoms(est.log_atoms, est.priced, c.counts, c.s, c.mask)
         return jnp.where(c.mask[..., None], atoms, 0.0), est.weights
 

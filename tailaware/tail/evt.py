@@ -271,7 +271,9 @@ def averaged_share(settings: TailSettings) -> float:
     return (1.0 - settings.averaged_quantile) / (1.0 - settings.threshold_quantile)
 
 
-def _posterior(pos_scores, tail_scores, n_sample, settings: TailSettings, factor=1.0, width=None):
+def _posterior(
+    pos_scores, tail_scores, n_sample, settings: TailSettings, *, factor=1.0, width=None
+):
     """`posterior`, plus the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
@@ -368,7 +370,7 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, met
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     mask = ~jnp.isnan(pos_scores)
     counts = jnp.zeros_like(pos_scores)  # which positives the tail prices plays no part here
-    est = tail_hardness(pos_scores, counts, mask, tail_scores, n_sample, settings, method)
+    est = tail_hardness(pos_scores, counts, mask, tail_scores, n_sample, settings, method=method)
     if method == "mean":
         return _log_mean(est.log_atoms, est.weights)
     return est.log_atoms[..., 0]
@@ -485,7 +487,16 @@ class TailEstimate(NamedTuple):
 
 
 def tail_hardness(
-    pos, counts, mask, tail, n_sample, settings: TailSettings, method: str, factor=1.0, width=None
+    pos,
+    counts,
+    mask,
+    tail,
+    n_sample,
+    settings: TailSettings,
+    *,
+    method: str,
+    factor=1.0,
+    width=None,
 ) -> TailEstimate:
     """Returns the tail-aware estimate of one sample, traced: the one definition that the
     estimate (with its reruns), the nested bootstrap and the budget check all run.
@@ -506,7 +517,7 @@ def tail_hardness(
     priced = tail_priced(mask, pos, counts, u, fitted, settings.min_count)
     if method == "mean":
         log_atoms, weights, n_selected, ad, prior = _posterior(
-            pos_nan, tail, n_sample, settings, factor, width
+            pos_nan, tail, n_sample, settings, factor=factor, width=width
         )
         return TailEstimate(log_atoms, weights, priced, u, fitted, n_selected, ad, prior)
     fit = jax.vmap(gpd.fit)(y, ex_mask)
@@ -533,7 +544,12 @@ def _estimate_jit(pos, counts, mask, tail, n_sample, settings: TailSettings, met
         factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
         # Slots for the widest of the default thresholds' and the posterior's excesses.
         width = _width(tail.shape[1], q, max(factors) * max(1.0, averaged_share(settings)))
-        one = lambda f: tail_hardness(pos, counts, mask, tail, n_sample, settings, method, f, width)
+
+        def one(f):
+            return tail_hardness(
+                pos, counts, mask, tail, n_sample, settings, method=method, factor=f, width=width
+            )
+
         every = jax.vmap(one)(jnp.asarray(factors, tail.dtype))
         main = jax.tree.map(lambda a: a[0], every)
         _, _, default_mask = excesses(tail, q, averaged_share(settings), width)
@@ -546,7 +562,7 @@ def _estimate_jit(pos, counts, mask, tail, n_sample, settings: TailSettings, met
         )
         rest = jax.tree.map(lambda a: a[1:], every) if reruns else None
         return diag, main, rest, _log_mean(main.log_atoms, main.weights)
-    main = tail_hardness(pos, counts, mask, tail, n_sample, settings, method)
+    main = tail_hardness(pos, counts, mask, tail, n_sample, settings, method=method)
     log_x = main.log_atoms[..., 0]
     if not reruns:
         return diag, main, None, log_x

@@ -82,12 +82,12 @@ class Gradients(NamedTuple):
         return LN10 * self.d_log_n
 
 
-def _map(x, log_n, mask, k, fixed, truncation, tau):
-    return law.map_at_k(x, mask, jnp.exp(log_n), k, fixed, truncation, tau)
+def _map(x, log_n, mask, k, *, fixed, truncation, tau):
+    return law.map_at_k(x, mask, jnp.exp(log_n), k, fixed, truncation=truncation, tau=tau)
 
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
-def gradients(x, mask, n, k, fixed=None, truncation: law.Truncation = "smooth", tau=1.0):
+def gradients(x, mask, n, k, *, fixed=None, truncation: law.Truncation = "smooth", tau=1.0):
     """Returns the `Gradients` of mAP@k at gallery size n.
 
     Args:
@@ -102,7 +102,7 @@ def gradients(x, mask, n, k, fixed=None, truncation: law.Truncation = "smooth", 
     x = jnp.asarray(x)
     log_n = jnp.log(jnp.asarray(n, x.dtype))
     grad = jax.value_and_grad(_map, argnums=(0, 1), has_aux=True)
-    (value, aps), (g_x, g_n) = grad(x, log_n, mask, k, fixed, truncation, tau)
+    (value, aps), (g_x, g_n) = grad(x, log_n, mask, k, fixed=fixed, truncation=truncation, tau=tau)
     g_x = jnp.where(mask, g_x, 0.0)
     d_log_x = x * g_x
     # N d/dN = sum_j x_j d/dx_j for each query, since x enters AP_q only through N x_q.
@@ -134,7 +134,7 @@ def _top1(x, mask, n, fixed):
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def uniform_response(
-    x, mask, n, k, deltas, fixed=None, truncation: law.Truncation = "hard", tau=1.0
+    x, mask, n, k, deltas, *, fixed=None, truncation: law.Truncation = "hard", tau=1.0
 ) -> Response:
     """Returns the `Response` to a relative error e^delta shared by every positive.
 
@@ -151,7 +151,7 @@ def uniform_response(
     log_n = jnp.log(jnp.asarray(n, x.dtype))
 
     def value(log_n):
-        m, _ = _map(x, log_n, mask, k, fixed, truncation, tau)
+        m, _ = _map(x, log_n, mask, k, fixed=fixed, truncation=truncation, tau=tau)
         return m, _top1(x, mask, jnp.exp(log_n), fixed)
 
     (m0, t0), (dm, dt) = jax.jvp(value, (log_n,), (jnp.ones_like(log_n),))
@@ -161,7 +161,7 @@ def uniform_response(
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def positive_response(
-    x, mask, n, k, delta, fixed=None, truncation: law.Truncation = "hard", tau=1.0
+    x, mask, n, k, delta, *, fixed=None, truncation: law.Truncation = "hard", tau=1.0
 ):
     """Returns (exact, first order) [Q, P] change of mAP@k when only x_qj is multiplied by e^delta.
 
@@ -174,15 +174,14 @@ def positive_response(
     num_q, num_p = x.shape
 
     def one_query(xq, mq, fq):
-        base = law.ap_at_k(xq, mq, n, k, fq, truncation, tau)
+        ap = lambda xs: law.ap_at_k(xs, mq, n, k, fq, truncation=truncation, tau=tau)
+        base = ap(xq)
         bump = jnp.eye(num_p, dtype=bool)
-        moved = jax.vmap(
-            lambda e: law.ap_at_k(jnp.where(e, xq * scale, xq), mq, n, k, fq, truncation, tau)
-        )
+        moved = jax.vmap(lambda e: ap(jnp.where(e, xq * scale, xq)))
         return jnp.where(mq, moved(bump) - base, 0.0)
 
     exact = jax.vmap(one_query)(x, mask, fixed) / num_q
-    g = gradients(x, mask, n, k, fixed, truncation, tau)
+    g = gradients(x, mask, n, k, fixed=fixed, truncation=truncation, tau=tau)
     return exact, jnp.asarray(delta, x.dtype) * g.d_log_x
 
 
@@ -224,6 +223,7 @@ def tail_gradients(
     mask,
     n,
     k,
+    *,
     fixed=None,
     truncation: law.Truncation = "smooth",
     tau=1.0,
@@ -238,7 +238,7 @@ def tail_gradients(
 
     def f(p):
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x_fn(p, pos_scores)), x)
-        return law.map_at_k(xt, mask, n, k, fixed, truncation, tau)[0]
+        return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
 
     return jax.grad(f)(params)
 
@@ -350,7 +350,9 @@ def uncertainty(d_log_x, log_x_cov) -> Uncertainty:
 
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
-def blind_response(x, mask, blind, n, k, n_sample, fixed=None, truncation: law.Truncation = "hard"):
+def blind_response(
+    x, mask, blind, n, k, n_sample, *, fixed=None, truncation: law.Truncation = "hard"
+):
     """Returns the mAP@k change [Q] if each `blind` positive had x = 1 / S, the detection floor.
 
     A positive that no sampled distractor beats has hardness below about 1 / S; a count prices
@@ -360,8 +362,8 @@ def blind_response(x, mask, blind, n, k, n_sample, fixed=None, truncation: law.T
     x = jnp.asarray(x)
     floor = 1.0 / jnp.asarray(n_sample, x.dtype)
     moved = jnp.where(blind & mask, jnp.maximum(x, floor), x)
-    _, base = law.map_at_k(x, mask, n, k, fixed, truncation)
-    _, aps = law.map_at_k(moved, mask, n, k, fixed, truncation)
+    _, base = law.map_at_k(x, mask, n, k, fixed, truncation=truncation)
+    _, aps = law.map_at_k(moved, mask, n, k, fixed, truncation=truncation)
     return (aps - base) / x.shape[0]
 
 
@@ -392,6 +394,7 @@ def score_gradients(
     mask,
     n,
     k,
+    *,
     fixed=None,
     settings: TailSettings = TailSettings(),
     method="mle",
@@ -409,7 +412,7 @@ def score_gradients(
     def f(pos, tail):
         log_x = evt.log_tail_prob(pos, tail, n_sample, settings, method)
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x), x)
-        return law.map_at_k(xt, mask, n, k, fixed, truncation, tau)[0]
+        return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
 
     d_pos, d_tail = jax.grad(f, argnums=(0, 1))(pos_scores, tail_scores)
     return jnp.where(mask, d_pos, 0.0), jnp.where(jnp.isfinite(tail_scores), d_tail, 0.0)
@@ -442,6 +445,7 @@ def analyze(
     hard: Hardness,
     n,
     k,
+    *,
     truncation: law.Truncation = "smooth",
     tau=1.0,
 ) -> Report:
@@ -469,18 +473,18 @@ def analyze(
     grads, unc, blind, d_tail = _analyze(
         jnp.asarray(hard.x, dtype),
         jnp.asarray(hard.mask),
-        jnp.asarray(np.where(hard.mask, scores.fixed_counts, 0), dtype),
-        jnp.asarray(np.where(hard.mask, scores.pos_counts, 0), dtype),
-        jnp.asarray(hard.mask & ~hard.tail_priced),
-        jnp.asarray(hard.tail_priced & hard.mask & has_tail),
-        pos,
-        params,
-        n_u,
-        jnp.asarray(scores.n_sample, dtype),
         jnp.asarray(n, dtype),
         jnp.asarray(k, dtype),
-        truncation,
-        tau,
+        fixed=jnp.asarray(np.where(hard.mask, scores.fixed_counts, 0), dtype),
+        counts=jnp.asarray(np.where(hard.mask, scores.pos_counts, 0), dtype),
+        counted=jnp.asarray(hard.mask & ~hard.tail_priced),
+        tail=jnp.asarray(hard.tail_priced & hard.mask & has_tail),
+        pos=pos,
+        params=params,
+        n_u=n_u,
+        n_sample=jnp.asarray(scores.n_sample, dtype),
+        truncation=truncation,
+        tau=tau,
     )
     tail = jnp.asarray(hard.tail_priced & hard.mask)
     return Report(truncation, grads, unc, blind, d_tail if has_tail else None, tail)
@@ -488,15 +492,17 @@ def analyze(
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def _analyze(
-    x, mask, fixed, counts, counted, tail, pos, params, n_u, n_sample, n, k, truncation, tau
+    x, mask, n, k, *, fixed, counts, counted, tail, pos, params, n_u, n_sample, truncation, tau
 ):
     """The arrays of `analyze`, as one compiled program."""
-    grads = gradients(x, mask, n, k, fixed, truncation, tau)
+    grads = gradients(x, mask, n, k, fixed=fixed, truncation=truncation, tau=tau)
     both = lambda m: m[:, :, None] & m[:, None, :]
     cov = jnp.where(both(counted), count_log_x_covariance(counts, mask, n_sample), 0.0)
     cov = cov + jnp.where(both(tail), tail_log_x_covariance(params, pos, n_u), 0.0)
-    d_tail = tail_gradients(params, pos, x, tail, mask, n, k, fixed, truncation, tau)
-    blind = blind_response(x, mask, mask & (x == 0), n, k, n_sample, fixed)
+    d_tail = tail_gradients(
+        params, pos, x, tail, mask, n, k, fixed=fixed, truncation=truncation, tau=tau
+    )
+    blind = blind_response(x, mask, mask & (x == 0), n, k, n_sample, fixed=fixed)
     return grads, uncertainty(grads.d_log_x, cov), blind, d_tail
 
 
