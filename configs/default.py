@@ -30,6 +30,9 @@ def get_config(arg=None):
     c.seed = 0
     c.k = 1000  # mAP@k
     c.estimator = "evt_averaged"  # see tailaware.tail.estimators.ESTIMATORS
+    # Predicted with their intervals and curves (tailaware.core.metrics.METRICS: map, recall,
+    # precision, ndcg, hit, mrr); mAP@k always.
+    c.metrics = ("map", "recall")
     c.n_target = 0  # target gallery size N; 0 = the job's natural target
 
     c.evt = settings_block(TailSettings())  # the tail-aware estimators (paper, Appendix B)

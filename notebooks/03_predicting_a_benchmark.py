@@ -111,7 +111,7 @@ count_curve = evaluate.per_query_aps(
 )[0].mean(axis=1)
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.fill_between(curve.n, band[:, 0], band[:, 1], color="C1", alpha=0.2, label="evt, 90% band")
-ax.plot(curve.n, curve.map, color="C1", label="evt (from the sample)")
+ax.plot(curve.n, curve.values, color="C1", label="evt (from the sample)")
 ax.plot(curve.n, count_curve, color="C0", label="count (from the sample)")
 ax.plot(sizes, truth, "ko", label="truth")
 ax.plot([scores.n_sample], [result.baselines["at_sample"]], "r^", label="evaluate-at-S")

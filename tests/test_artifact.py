@@ -150,8 +150,10 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     want = schema.prediction_json(report.report(scores, settings, n, str(tmp_path), provenance))
     art = artifact.load(tmp_path / "hardness.npz")
     assert art.metadata["model"] == "vit_b16" and art.metadata["scores"] == "sim"
-    # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points).
-    assert art.rerun_atoms.shape[:3] == (2, *art.x.shape) and art.distractor_sd.size == 25
+    # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points), of
+    # each metric.
+    assert art.rerun_atoms.shape[:3] == (2, *art.x.shape) and art.distractor_sd.shape == (2, 25)
+    assert art.distractor_metrics == ("map", "recall")
     assert art.prior_weights.shape == (2, *art.weights.shape)
 
     # At the target N the artifact reproduces the prediction and every part of its interval:
@@ -163,13 +165,18 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     np.testing.assert_allclose(got["ci90"], want["ci90"], atol=1e-6)
     np.testing.assert_allclose(got["ci95"], want["ci95"], atol=1e-6)
     np.testing.assert_allclose(got["curve"]["ci90"], want["curve"]["ci90"], atol=1e-6)
+    for label, entry in want["metrics"].items():  # every metric's interval likewise
+        mine = got["metrics"][label]
+        np.testing.assert_allclose(mine["per_query"], entry["per_query"], atol=1e-7)
+        np.testing.assert_allclose(mine["ci90"], entry["ci90"], atol=1e-6)
+        np.testing.assert_allclose(mine["curve"]["ci90"], entry["curve"]["ci90"], atol=1e-6)
 
     # Elsewhere: the sd between two stored sizes is between theirs; the interval is the
     # query interval widened by it and by the threshold term in quadrature (`intervals`).
     _, maps, (typed,) = _at(art, [3e8], 1000)
     unc = schema.interval_json(typed)
     i = np.searchsorted(art.distractor_n, 3e8)
-    lo_sd, hi_sd = sorted(art.distractor_sd[i - 1 : i + 1])
+    lo_sd, hi_sd = sorted(art.distractor_sd[0, i - 1 : i + 1])
     assert lo_sd <= unc["sd_distractor"] <= hi_sd
     point = maps[0]
     q_lo, q_hi = unc["ci90_query"]
@@ -244,7 +251,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         ("prior_weights", lambda a: a["prior_weights"] * 3.0, "sum to 1"),
         ("distractor_n", lambda a: a["distractor_n"][::-1], "ascending"),
         ("distractor_sd", lambda a: a["distractor_sd"] * np.nan, "finite"),
-        ("distractor_sd", lambda a: a["distractor_sd"][:-1], "expected float [G]"),
+        ("distractor_sd", lambda a: a["distractor_sd"][:, :-1], "expected float [M, G]"),
         ("distractor_k", lambda a: np.asarray(0), "integer scalar >= 1"),
     ],
 )

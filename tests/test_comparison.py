@@ -54,26 +54,29 @@ def _pred(m, **maps) -> Prediction:
     return Prediction(m, "evt", 1, 1, 1, np.zeros(1), {}, interval=interval)
 
 
+def paired(a, b, field="threshold_maps"):
+    """The pairing of two predictions' mAP@k (`comparison.paired_deviation` of their metrics)."""
+    return compare.paired_deviation(*(compare._metrics(p)[f"map@{p.k}"] for p in (a, b)), field)
+
+
 def test_paired_deviation_of_the_difference():
     def pred(m, half, double):
         return _pred(m, threshold_maps=(half, double))
 
     # Both estimates move alike with the threshold: the difference does not move.
-    assert compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (
-        pytest.approx(0.0, abs=1e-12)
-    )
+    assert paired(pred(0.5, 0.52, 0.47), pred(0.4, 0.42, 0.37)) == (pytest.approx(0.0, abs=1e-12))
     # Opposite moves add up: (0.02 - (-0.01)) at half, (-0.03 - 0.01) at double.
-    got = compare.paired_deviation(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
+    got = paired(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
     assert got == pytest.approx(0.04)
     # Without reruns (an estimator without a tail model, or an older file): no term.
     no_interval = Prediction(0.5, "count", 1, 1, 1, np.zeros(1), {})
-    assert compare.paired_deviation(no_interval, pred(0.4, 0.39, 0.41)) == 0.0
-    assert compare.paired_deviation(pred(0.5, 0.5, 0.5), _pred(0.4)) == 0
+    assert paired(no_interval, pred(0.4, 0.39, 0.41)) == 0.0
+    assert paired(pred(0.5, 0.5, 0.5), _pred(0.4)) == 0
     # The prior reruns pair the same way.
     priors = lambda m, flat, steep: _pred(m, prior_maps=(flat, steep))
-    got = compare.paired_deviation(priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps")
+    got = paired(priors(0.5, 0.53, 0.46), priors(0.4, 0.42, 0.37), "prior_maps")
     assert got == pytest.approx(0.01)
-    assert compare.paired_deviation(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
+    assert paired(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
 
 
 def test_paired_adds_the_threshold_term_in_quadrature():

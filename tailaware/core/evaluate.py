@@ -12,7 +12,6 @@ empirical-Bayes prior a query's lightest carry next to no weight.
 Shapes: Q queries, P positive slots, A atoms, G gallery sizes, M metrics, V views, W weightings.
 """
 
-import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -30,32 +29,46 @@ ATOM_TOLERANCE = 1e-7
 ATOM_COUNTS = (4, 8, 12, 16, 24)
 
 
-def prune_atoms(atoms, weights, tolerance: float = ATOM_TOLERANCE):
-    """Returns (atoms [Q, P, A'], weights [..., Q, A'], the dropped mass): each query's A' heaviest.
+def kept_atoms(weights, tolerance: float = ATOM_TOLERANCE) -> tuple[np.ndarray, float]:
+    """Returns (cols [Q, A'] ascending, the dropped mass): each query's A' heaviest atoms.
 
-    `weights` [Q, A] or [T, Q, A] weigh the same `atoms` [Q, P, A] T ways; a query's atoms rank
-    by their largest weight under any of them. A' is the smallest of `ATOM_COUNTS` (else A) at
-    which no query loses more than `tolerance` of its weight under any weighting; the dropped mass
-    returned is the largest such loss. The kept weights are renormalised (float64; rows sum to 1
-    as `Hardness.weights` do), so a query's E[AP] E = (1 - d) E_kept + d E_dropped, with d its
-    dropped mass, moves by |E - E_kept| = d |E_dropped - E_kept| <= d. The kept atoms stay in
-    their order. `tolerance` 0: every atom kept (the inputs returned).
+    `weights` [Q, A] or [T, Q, A] weigh the same atoms T ways; a query's atoms rank by their
+    largest weight under any of them. A' is the smallest of `ATOM_COUNTS` (else A) at which no
+    query loses more than `tolerance` of its weight under any weighting (0: every atom); the
+    dropped mass returned is the largest such loss.
     """
-    if tolerance <= 0:
-        return atoms, weights, 0.0
     w = np.asarray(weights, np.float64)
     a = w.shape[-1]
+    every = np.broadcast_to(np.arange(a), w.shape[-2:])
+    if tolerance <= 0:
+        return every, 0.0
     order = np.argsort(-w.reshape(-1, *w.shape[-2:]).max(axis=0), axis=-1, kind="stable")
     ranked = np.take_along_axis(w, np.broadcast_to(order, w.shape), axis=-1)
     # beyond[i]: the most mass a query loses under a weighting when it keeps its i heaviest atoms.
     beyond = np.cumsum(ranked[..., ::-1], axis=-1)[..., ::-1].reshape(-1, a).max(axis=0)
     keep = next((n for n in ATOM_COUNTS if n < a and beyond[n] <= tolerance), a)
     if keep == a:
+        return every, 0.0
+    return np.sort(order[:, :keep], axis=-1), float(beyond[keep])
+
+
+def prune_atoms(atoms, weights, tolerance: float = ATOM_TOLERANCE):
+    """Returns (atoms [Q, P, A'], weights [..., Q, A'], the dropped mass): each query's A' heaviest
+    (`kept_atoms`).
+
+    The kept weights are renormalised (float64; rows sum to 1 as `Hardness.weights` do), so a
+    query's E[AP] E = (1 - d) E_kept + d E_dropped, with d its dropped mass, moves by
+    |E - E_kept| = d |E_dropped - E_kept| <= d. The kept atoms stay in their order. Nothing
+    dropped: the inputs returned.
+    """
+    cols, dropped = kept_atoms(weights, tolerance)
+    if cols.shape[-1] == np.shape(weights)[-1]:
         return atoms, weights, 0.0
-    cols = np.sort(order[:, :keep], axis=-1)
+    w = np.asarray(weights, np.float64)
+    keep = cols.shape[-1]
     kept = np.take_along_axis(w, np.broadcast_to(cols, w.shape[:-1] + (keep,)), axis=-1)
     kept = kept / kept.sum(axis=-1, keepdims=True)
-    return np.take_along_axis(np.asarray(atoms), cols[:, None, :], axis=-1), kept, beyond[keep]
+    return np.take_along_axis(np.asarray(atoms), cols[:, None, :], axis=-1), kept, dropped
 
 
 class Variant(NamedTuple):
@@ -75,8 +88,7 @@ def variant(hardness: Hardness, priors: bool = False) -> Variant:
     return Variant(hardness.atoms, np.stack([hardness.weights, *others]))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "metric_list", "gains"))
-def _values(
+def traced_values(
     atoms,
     weights,
     mask,
@@ -92,7 +104,13 @@ def _values(
     n_sample,
     grouping,
 ):
-    """Returns (E[metric] [W, G, M, Q], in the views at sizes[0] [W, V, M, Q] or None)."""
+    """Returns (E[metric] [W, G, M, Q], in the views at sizes[0] [W, V, M, Q] or None), traced.
+
+    `atoms` [Q, P, A] and their weightings [W, Q, A]; `mask`, `fixed`, `counts` [Q, P]; `sizes`
+    [G]; `views` [V, Q, P] or None; `tables` = `law.rank_tables(k, gains)`; `grouping` =
+    `buckets.groups(mask)`. The body of `predicted_values`, for jitted callers (the nested
+    bootstrap).
+    """
     kw = dict(metric_list=metric_list, gains=gains, tables=tables)
 
     def at(n, x, mask_g, fixed_g, counts_g, views_g):
@@ -121,6 +139,9 @@ def _values(
     per_atom, per_atom_views = jax.lax.map(one_atom, jnp.moveaxis(atoms, 2, 0))  # [A, ...]
     contract = lambda v: jnp.einsum("a...q,wqa->w...q", v, weights)
     return contract(per_atom), None if views is None else contract(per_atom_views)
+
+
+_values = jax.jit(traced_values, static_argnames=("k", "metric_list", "gains"))
 
 
 def predicted_values(

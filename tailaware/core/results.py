@@ -155,19 +155,37 @@ class Interval(NamedTuple):
 
 
 class Curve(NamedTuple):
-    """Predicted mAP@k over gallery sizes, with its 90% band.
+    """A predicted metric@k over gallery sizes, with its 90% band.
 
     Attributes:
       n: [G] gallery sizes, ascending.
-      map: [G] predicted mAP@k.
+      values: [G] the predicted metric.
       ci90: [G] reported 90% intervals (lo, hi).
       sd_distractor: [G] the distractor sample's sd at each size, or None (no nested bootstrap).
     """
 
     n: tuple[float, ...]
-    map: tuple[float, ...]
+    values: tuple[float, ...]
     ci90: tuple[tuple[float, float], ...]
     sd_distractor: tuple[float, ...] | None = None
+
+
+class MetricPrediction(NamedTuple):
+    """One metric@k (`tailaware.core.metrics.METRICS`) predicted at the target N.
+
+    Attributes:
+      label: the metric and its cut-off, e.g. "recall@1000".
+      value: the prediction (a fraction).
+      per_query: [Q] each query's predicted value.
+      interval: its reported uncertainty at N (every term mAP@k's has), or None.
+      curve: the prediction over N = 1e3..1e9 with its band, or None.
+    """
+
+    label: str
+    value: float
+    per_query: np.ndarray
+    interval: Interval | None = None
+    curve: Curve | None = None
 
 
 class OtherMetrics(NamedTuple):
@@ -267,6 +285,8 @@ class Prediction(NamedTuple):
       diagnostics: the summary and the checks, or None.
       artifact: (path, metadata) of the hardness artifact it was predicted from, or None.
       queries: which query set an ILIAS job scored ("image" or "text"), or None.
+      metrics: label -> `MetricPrediction` of every configured metric, mAP@k first (whose
+        fields repeat the ones above); empty for predictions made before there were several.
     """
 
     map: float
@@ -284,6 +304,7 @@ class Prediction(NamedTuple):
     diagnostics: Diagnostics | None = None
     artifact: tuple[str, dict] | None = None
     queries: str | None = None
+    metrics: dict = {}
 
 
 class Comparison(NamedTuple):
@@ -300,6 +321,9 @@ class Comparison(NamedTuple):
       resolved: the 90% interval excludes 0.
       threshold_deviation, prior_deviation: how far A - B moves when both tails' thresholds or
         priors do (a shift shared by both cancels).
+      metrics: label -> `Comparison` of every metric both predictions carry (mAP@k's repeats
+        the fields above; `map_a`, `map_b` then hold that metric's values); empty when they
+        carry only mAP@k.
     """
 
     n_target: int
@@ -315,3 +339,4 @@ class Comparison(NamedTuple):
     resolved: bool
     threshold_deviation: float = 0.0
     prior_deviation: float = 0.0
+    metrics: dict = {}

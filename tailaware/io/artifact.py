@@ -26,8 +26,9 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
 - `prior_weights` float64 [T, Q, A], optional (with `atoms`): the weights of `atoms` under a
   flatter and a steeper prior on the tail shape (`Hardness.prior_weights`): the
   interval's prior term.
-- `distractor_n` float64 [G], `distractor_sd` float64 [G] and `distractor_k` int64 [], optional
-  together: the nested bootstrap's distractor-sample sd of mAP@k (at k = `distractor_k`) at the
+- `distractor_n` float64 [G], `distractor_sd` float64 [M, G] (or [G]: mAP@k alone) and
+  `distractor_k` int64 [], optional together, with `distractor_metrics` str [M] (absent: mAP):
+  the nested bootstrap's distractor-sample sd of each metric@k (at k = `distractor_k`) at the
   gallery sizes `distractor_n` (ascending), as the predict job measured it: the interval's
   distractor term at that k, interpolated in log N (held constant beyond the ends).
 
@@ -46,14 +47,16 @@ import os
 
 import numpy as np
 
+from tailaware.core import metrics
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io import atomic, errors
 from tailaware.io.scores import SampledScores, check_ids
 
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
+_SD_METRICS = "distractor_metrics"
 OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
-OPTIONAL += ("prior_weights", *_SD_FIELDS)
+OPTIONAL += ("prior_weights", *_SD_FIELDS, _SD_METRICS)
 # The fit fields of `TailFit` (the rest are optional): `fit_<name>` comes all or none.
 _FIT_REQUIRED = tuple(f for f in TailFit._fields if f not in TailFit._field_defaults)
 
@@ -80,6 +83,7 @@ class HardnessArtifact:
     distractor_n: np.ndarray | None = None
     distractor_sd: np.ndarray | None = None
     distractor_k: int | None = None
+    distractor_metrics: tuple[str, ...] = ("map",)
 
     @property
     def hardness(self) -> Hardness:
@@ -132,11 +136,13 @@ def from_hardness(
 ) -> HardnessArtifact:
     """Returns the artifact of an estimate on `scores`, with its tail fits' diagnostics.
 
-    Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [G], k), the
-    nested bootstrap's distractor-sample sds of mAP@k at those gallery sizes
+    Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [M, G], k,
+    metric names [M]) (or (sizes, sds [G], k): mAP@k), the nested bootstrap's distractor-sample
+    sds of each metric@k at those gallery sizes
     (`tailaware.protocol.prediction.distractor_sd`), or None.
     """
     fit = {} if hardness.fit is None else dict(hardness.fit.items())
+    sd_names = () if distractor_sd is None else (*distractor_sd[3:], ("map",))[0]
     return _validate(
         {
             "x": np.asarray(hardness.x, np.float64),
@@ -168,8 +174,11 @@ def from_hardness(
                 if distractor_sd is None
                 else {
                     "distractor_n": np.asarray(distractor_sd[0], np.float64),
-                    "distractor_sd": np.asarray(distractor_sd[1], np.float64),
+                    "distractor_sd": np.asarray(distractor_sd[1], np.float64).reshape(
+                        len(sd_names), -1
+                    ),
                     "distractor_k": np.asarray(distractor_sd[2], np.int64),
+                    _SD_METRICS: np.asarray(sd_names),
                 }
             ),
         },
@@ -197,6 +206,8 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
     for group in (*groups, _SD_FIELDS):
         if getattr(art, group[0]) is not None:
             arrays.update({name: np.asarray(getattr(art, name)) for name in group})
+    if art.distractor_n is not None:
+        arrays[_SD_METRICS] = np.asarray(art.distractor_metrics)
     atomic.write_npz(path, **arrays)
 
 
@@ -283,7 +294,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         fields, ("rerun_atoms", "rerun_weights"), x.shape, fail, reruns=True
     )
     prior_weights = _validate_prior(fields.get("prior_weights"), weights, fail)
-    distractor_n, distractor_sd, distractor_k = _validate_sd(fields, fail)
+    distractor_n, distractor_sd, distractor_k, sd_metrics = _validate_sd(fields, fail)
     pos_counts = fields.get("pos_counts")
     if pos_counts is not None:
         if pos_counts.dtype.kind != "i" or pos_counts.shape != x.shape:
@@ -309,6 +320,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         prior_weights=prior_weights,
         distractor_n=distractor_n,
         distractor_sd=distractor_sd,
+        distractor_metrics=sd_metrics,
         distractor_k=distractor_k,
     )
 
@@ -355,10 +367,14 @@ def _validate_prior(prior, weights, fail):
 
 
 def _validate_sd(fields, fail):
-    """Returns (distractor_n, distractor_sd, distractor_k) or Nones; all three or none."""
+    """Returns (distractor_n, distractor_sd [M, G], distractor_k, metric names) or Nones and
+    ("map",); the first three come together."""
     n, sd, k = (fields.get(name) for name in _SD_FIELDS)
+    names = fields.get(_SD_METRICS)
     if n is None and sd is None and k is None:
-        return None, None, None
+        if names is not None:
+            fail(_SD_METRICS, f"without {', '.join(_SD_FIELDS)}")
+        return None, None, None, ("map",)
     for name, value in zip(_SD_FIELDS, (n, sd, k), strict=True):
         if value is None:
             fail(name, f"{', '.join(_SD_FIELDS)} come together")
@@ -368,8 +384,17 @@ def _validate_sd(fields, fail):
         fail("distractor_n", f"expected a numeric [G] array, got {n.dtype} {n.shape}")
     if not np.isfinite(n).all() or (n < 1).any() or (np.diff(n) <= 0).any():
         fail("distractor_n", "gallery sizes must be finite, >= 1 and strictly ascending")
-    if sd.dtype.kind != "f" or sd.shape != n.shape:
-        fail("distractor_sd", f"expected float [G] = [{n.size}], got {sd.dtype} {sd.shape}")
+    if names is None:
+        names, want, shape = ("map",), (n.size,), "[G]"
+    else:
+        if names.ndim != 1 or names.dtype.kind != "U" or names.size == 0:
+            fail(_SD_METRICS, f"expected a str [M] array of metric names, got {names.dtype}")
+        unknown = [str(v) for v in names if str(v) not in metrics.METRICS]
+        if unknown:
+            fail(_SD_METRICS, f"unknown metric {unknown[0]!r}; expected {sorted(metrics.METRICS)}")
+        names, want, shape = tuple(str(v) for v in names), (names.size, n.size), "[M, G]"
+    if sd.dtype.kind != "f" or sd.shape != want:
+        fail("distractor_sd", f"expected float {shape} = {list(want)}, got {sd.dtype} {sd.shape}")
     if not np.isfinite(sd).all() or (sd < 0).any():
         fail("distractor_sd", "sds must be finite and >= 0")
-    return n.astype(np.float64), sd.astype(np.float64), int(k)
+    return n.astype(np.float64), sd.astype(np.float64).reshape(len(names), -1), int(k), names

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 
+from tailaware.core.metrics import METRICS
 from tailaware.io.errors import InputError, MissingInput
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
 from tailaware.tail.estimators import ESTIMATORS
@@ -105,10 +106,19 @@ def tail_settings(config) -> TailSettings:
 
 
 def predict_settings(config) -> PredictSettings:
-    """Returns the `PredictSettings` of a job config: `estimator`, `k`, `evt`, `protocol` and
-    `intervals` (the last three optional blocks), each checked (`InputError` naming the flag)."""
+    """Returns the `PredictSettings` of a job config: `estimator`, `k`, `metrics`, `evt`,
+    `protocol` and `intervals` (the last three optional blocks), each checked (`InputError`
+    naming the flag)."""
     check(config, "estimator", one_of(ESTIMATORS), f"one of {sorted(ESTIMATORS)}")
     check(config, "k", lambda k: at_least(1)(k) and k <= MAX_K, f"1 <= k <= {MAX_K:,}")
+    names = config.get("metrics", PredictSettings.metrics)
+    names = (names,) if isinstance(names, str) else tuple(names)
+    check(
+        config,
+        "metrics",
+        lambda v: v is None or all(n in METRICS for n in names),
+        f"a tuple of {sorted(METRICS)}, e.g. \"('map','recall')\"",
+    )
     protocol = config.get("protocol")
     blocks = () if protocol is None else tuple(protocol.get("blocks", ()))
     return PredictSettings(
@@ -117,6 +127,7 @@ def predict_settings(config) -> PredictSettings:
         tail=tail_settings(config),
         protocol=block(ProtocolSettings, protocol, "protocol", blocks=blocks),
         intervals=block(IntervalSettings, config.get("intervals"), "intervals"),
+        metrics=names,
     )
 
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from tailaware.core.results import Comparison, Prediction
+from tailaware.core.results import Comparison, MetricPrediction, Prediction
 from tailaware.protocol import intervals
 from tailaware.protocol.settings import IntervalSettings
 
@@ -73,8 +73,9 @@ def paired(
     return out
 
 
-def paired_deviation(a: Prediction, b: Prediction, field: str = "threshold_maps") -> float:
-    """Returns how far the difference A - B moves when both tails' thresholds (or priors) do.
+def paired_deviation(a: MetricPrediction, b: MetricPrediction, field: str = "threshold_maps"):
+    """Returns how far the difference A - B of one metric moves when both tails' thresholds (or
+    priors) do.
 
     From the two predictions' reruns (`Interval.threshold_maps`: each estimate rerun with half
     and twice the excesses): the larger of |(A_r - B_r) - (A - B)| over the two reruns r. A
@@ -85,27 +86,12 @@ def paired_deviation(a: Prediction, b: Prediction, field: str = "threshold_maps"
     maps = [None if p.interval is None else getattr(p.interval, field) for p in (a, b)]
     if any(m is None for m in maps):
         return 0.0
-    moves = [np.asarray(m, np.float64) - p.map for m, p in zip(maps, (a, b), strict=True)]
+    moves = [np.asarray(m, np.float64) - p.value for m, p in zip(maps, (a, b), strict=True)]
     return float(np.max(np.abs(moves[0] - moves[1])))
 
 
-def compare(
-    a: Prediction,
-    b: Prediction,
-    num_replicates: int = 1000,
-    seed: int = 0,
-    settings: IntervalSettings = IntervalSettings(),
-) -> Comparison:
-    """Returns the `Comparison` of two predictions, with every term.
-
-    The per-query AP, the distractor-sample sds (when the nested bootstrap ran) and the
-    difference's threshold and prior sensitivities (`paired_deviation`) come from the
-    predictions. They must be of the same queries in the same order (`query_ids`, when both have
-    them), at the same N and k.
-
-    Raises:
-      ValueError: naming the field in which the two predictions disagree.
-    """
+def _check_pair(a: Prediction, b: Prediction) -> None:
+    """Raises a ValueError naming the field in which two predictions cannot be paired."""
     for field in ("n_target", "k"):
         if getattr(a, field) != getattr(b, field):
             raise ValueError(
@@ -125,25 +111,61 @@ def compare(
             f"{str(ids_b[first])!r} in b; a paired comparison needs the same queries in the same "
             "order"
         )
-    sd = lambda p: 0.0 if p.interval is None else float(p.interval.sd_distractor or 0.0)
-    dev, dev_prior = paired_deviation(a, b), paired_deviation(a, b, "prior_maps")
-    out = paired(
-        a.per_query_ap,
-        b.per_query_ap,
-        num_replicates,
-        seed,
-        sd(a),
-        sd(b),
-        dev,
-        dev_prior,
-        settings,
-    )
-    return Comparison(
-        n_target=a.n_target,
-        k=a.k,
-        map_a=a.map,
-        map_b=b.map,
-        threshold_deviation=dev,
-        prior_deviation=dev_prior,
-        **out,
-    )
+
+
+def _metrics(p: Prediction) -> dict:
+    """Returns label -> `MetricPrediction` of a prediction, mAP@k alone for one made before there
+    were several."""
+    if p.metrics:
+        return p.metrics
+    label = f"map@{p.k}"
+    return {label: MetricPrediction(label, p.map, p.per_query_ap, p.interval, p.curve)}
+
+
+def compare(
+    a: Prediction,
+    b: Prediction,
+    num_replicates: int = 1000,
+    seed: int = 0,
+    settings: IntervalSettings = IntervalSettings(),
+) -> Comparison:
+    """Returns the `Comparison` of two predictions, with every term, for mAP@k and (under
+    `metrics`) every metric both predict.
+
+    The per-query values, the distractor-sample sds (when the nested bootstrap ran) and the
+    difference's threshold and prior sensitivities (`paired_deviation`) come from the
+    predictions. They must be of the same queries in the same order (`query_ids`, when both have
+    them), at the same N and k; every metric is paired on the same query resamples (seed).
+
+    Raises:
+      ValueError: naming the field in which the two predictions disagree.
+    """
+    _check_pair(a, b)
+    sd = lambda m: 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
+    ma, mb = _metrics(a), _metrics(b)
+    out = {}
+    for label in (name for name in ma if name in mb):
+        x, y = ma[label], mb[label]
+        dev, dev_prior = paired_deviation(x, y), paired_deviation(x, y, "prior_maps")
+        got = paired(
+            x.per_query,
+            y.per_query,
+            num_replicates,
+            seed,
+            sd(x),
+            sd(y),
+            dev,
+            dev_prior,
+            settings,
+        )
+        out[label] = Comparison(
+            n_target=a.n_target,
+            k=a.k,
+            map_a=x.value,
+            map_b=y.value,
+            threshold_deviation=dev,
+            prior_deviation=dev_prior,
+            **got,
+        )
+    first = out[f"map@{a.k}"]
+    return first._replace(metrics=out if len(out) > 1 or a.metrics else {})

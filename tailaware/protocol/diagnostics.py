@@ -14,7 +14,7 @@ interval.
 import numpy as np
 from scipy import stats
 
-from tailaware.core.results import Budget, Drift, Hardness, Interval
+from tailaware.core.results import Budget, Drift, Hardness, Interval, MetricPrediction
 
 # Above this exceedance rate of the tail threshold (n_u / S) the summary warns (`shallow_tail`).
 SHALLOW_RATE = 1e-3
@@ -184,11 +184,16 @@ def model_sensitive(interval: Interval, k: int) -> list[str]:
     ]
 
 
-def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
-    """Returns the summary's last line: the prediction and its interval."""
+def metric_line(label: str, point: float, interval: Interval, n_target: int) -> str:
+    """Returns a metric's line of the summary: its prediction and its interval."""
     lo, hi = interval.ci90.reported
+    return f"{label} at N = {n_target:,}: {point:.4f}, 90% CI [{lo:.4f}, {hi:.4f}]"
+
+
+def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
+    """Returns the summary's last line: the predicted mAP@k and its interval, with its terms."""
     return (
-        f"mAP@{k} at N = {n_target:,}: {point:.4f}, 90% CI [{lo:.4f}, {hi:.4f}] ({interval.method} "
+        metric_line(f"mAP@{k}", point, interval, n_target) + f" ({interval.method} "
         f"bootstrap, widened by the tail model's error, sd {interval.sd_model:.4f}; it moves by "
         f"{interval.threshold_deviation:.4f} with its threshold and by "
         f"{interval.prior_deviation:.4f} with the prior on its shape)"
@@ -206,11 +211,13 @@ def summary(
     n_sample: int,
     n_target: int,
     checked: tuple[float, float, float] | None = None,
+    others: tuple[MetricPrediction, ...] = (),
 ) -> tuple[tuple[str, ...], float]:
     """Returns (the summary lines, the share of queries whose threshold was raised).
 
     `checked`: the tail against the tail-priced positives' counts, `tail_counts`' (observed,
-    expected, sd); None leaves the check out (no tail, or no sample: from an artifact)."""
+    expected, sd); None leaves the check out (no tail, or no sample: from an artifact).
+    `others`: the metrics besides mAP@k, one line each before the headline."""
     num_queries = hardness.mask.shape[0]
     lines = list(sub_gallery(n_sample, n_target))
     if not budget.converged:
@@ -237,5 +244,6 @@ def summary(
             f"DRIFT: block predictions differ beyond sampling noise (p = {drift.p_value:.1e}); "
             "the sample is not uniform, the law's prediction is not reliable"
         )
+    lines += [metric_line(m.label, m.value, m.interval, n_target) for m in others]
     lines.append(headline(point, interval, k, n_target))
     return tuple(lines), raised

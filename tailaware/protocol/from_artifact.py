@@ -12,20 +12,27 @@ Shapes: Q queries, G gallery sizes.
 
 import numpy as np
 
-from tailaware.core.results import Curve, Diagnostics, Interval, Prediction
+from tailaware.core import evaluate
+from tailaware.core.results import Diagnostics, Interval, Prediction
 from tailaware.io.artifact import HardnessArtifact
 from tailaware.protocol import diagnostics, intervals, prediction
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators
 
 
-def distractor_sd_at(art: HardnessArtifact, sizes, k: int) -> np.ndarray | None:
-    """Returns the stored distractor-sample sd of mAP@k at `sizes` [G] (interpolated in log N,
-    constant beyond the stored range), or None when the artifact has none at this k."""
-    if art.distractor_n is None or art.distractor_k != int(k):
-        return None
+def distractor_sd_at(art: HardnessArtifact, sizes, k: int, names=("map",)) -> np.ndarray:
+    """Returns the stored distractor-sample sd [M, G] of each metric `names` [M] at `sizes` [G]
+    (interpolated in log N, constant beyond the stored range); NaN where the artifact has none
+    for that metric at this k."""
     log_n = np.log(np.asarray(sizes, np.float64))
-    return np.interp(log_n, np.log(art.distractor_n), art.distractor_sd)
+    out = np.full((len(names), log_n.size), np.nan)
+    if art.distractor_n is None or art.distractor_k != int(k):
+        return out
+    for m, name in enumerate(names):
+        if name in art.distractor_metrics:
+            stored = art.distractor_sd[art.distractor_metrics.index(name)]
+            out[m] = np.interp(log_n, np.log(art.distractor_n), stored)
+    return out
 
 
 def at_sizes(
@@ -39,28 +46,29 @@ def at_sizes(
     sizes = np.atleast_1d(np.asarray(sizes, np.float64))
     k, opts = settings.k, settings.protocol
     sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
-    h = art.hardness
-    aps, priors = prediction.prior_maps(h, sizes, k, art.fixed_counts, sample)
-    maps = prediction.rerun_maps(h.reruns, sizes, k, art.fixed_counts, sample)
-    sd = distractor_sd_at(art, sizes, k)
-    bands = intervals.size_intervals(
-        aps,
+    every, rows = prediction.variants(art.hardness)
+    values, _ = evaluate.predicted_values(every, art.mask, sizes, k, art.fixed_counts, sample)
+    means = values[:, :, 0].mean(axis=-1)  # [W, G]
+    reruns, priors = means[rows.reruns], means[rows.priors]
+    bands = intervals.item_intervals(
+        values[0, :, 0],
         settings.intervals,
         opts.query_replicates,
         opts.seed,
-        maps,
-        sd_distractor=sd,
-        priors=priors,
+        reruns=reruns if len(reruns) else None,
+        priors=priors if len(priors) else None,
+        sd_distractor=distractor_sd_at(art, sizes, k)[0],
     )
-    return aps, bands
+    return values[0, :, 0], bands
 
 
-def _missing_terms(art: HardnessArtifact, sizes, k: int) -> list[str]:
-    """Returns the interval terms a tail-aware artifact lacks the fields for."""
+def _missing_terms(art: HardnessArtifact, sd: np.ndarray) -> list[str]:
+    """Returns the interval terms a tail-aware artifact lacks the fields for (`sd` [M, G]: the
+    stored distractor sds at the prediction's sizes)."""
     if estimators.tail_method(art.estimator) is None:
         return []
     missing = []
-    if distractor_sd_at(art, sizes, k) is None:
+    if np.isnan(sd).any():
         measured = art.distractor_k
         missing.append("distractor-sample" + (f" (measured at k = {measured})" if measured else ""))
     if art.rerun_atoms is None:
@@ -74,38 +82,43 @@ def predict(
     art: HardnessArtifact, settings: PredictSettings, n_target: int, source: str = ""
 ) -> Prediction:
     """Returns the `Prediction` from the artifact at `n_target` (the predict job with
-    `--config.artifact`): the prediction, its interval and the curve."""
+    `--config.artifact`): every metric of `settings.metrics` with its interval and curve, in
+    one pass (`evaluate.predicted_values`)."""
     k = settings.k
+    metric_list = settings.metric_list()
     grid = np.geomspace(*CURVE_RANGE, int(settings.protocol.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    aps, (unc, *bands) = at_sizes(art, sizes, settings)
-    points = aps.mean(axis=1)
-    missing = _missing_terms(art, sizes, k)
+    sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
+    every, rows = prediction.variants(art.hardness)
+    values, _ = evaluate.predicted_values(
+        every, art.mask, sizes, k, art.fixed_counts, sample, metric_list=metric_list
+    )
+    sd = distractor_sd_at(art, sizes, k, tuple(m.name for m in metric_list))
+    out = prediction.metric_predictions(values, rows, metric_list, settings, grid, sd=sd)
+    missing = _missing_terms(art, sd)
     lacks = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + "".join(missing[-1:])
-    lo, hi = unc.ci90.reported
+    ap, *others = out.values()
     summary = (
         f"FROM THE HARDNESS ARTIFACT {source or '(in memory)'} ({art.estimator}, S = "
         f"{art.n_sample:,}): no baselines, budget or drift checks (they need the scores)"
         + (f"; the interval lacks the {lacks} term{'s' * (len(missing) > 1)}" if missing else ""),
         *diagnostics.sub_gallery(art.n_sample, n_target),
-        f"mAP@{k} at N = {n_target:,}: {points[0]:.4f}, 90% CI [{lo:.4f}, {hi:.4f}]",
+        *(diagnostics.metric_line(m.label, m.value, m.interval, n_target) for m in others),
+        diagnostics.metric_line(f"mAP@{k}", ap.value, ap.interval, n_target),
     )
     return Prediction(
-        map=float(points[0]),
+        map=ap.value,
         estimator=art.estimator,
         n_target=int(n_target),
         n_sample=int(art.n_sample),
         k=k,
-        per_query_ap=aps[0],
+        per_query_ap=ap.per_query,
         baselines={},
         query_ids=art.query_ids,
         share_tail_priced=float(art.tail_priced[art.mask].mean()),
-        interval=unc,
-        curve=Curve(
-            n=tuple(grid.tolist()),
-            map=tuple(points[1:].tolist()),
-            ci90=tuple(b.ci90.reported for b in bands),
-        ),
+        interval=ap.interval,
+        curve=ap.curve,
         diagnostics=Diagnostics(summary),
         artifact=(source, art.metadata),
+        metrics=out,
     )

@@ -167,6 +167,55 @@ def deviation(maps, points) -> np.ndarray:
     return np.zeros_like(points) if maps is None else np.max(np.abs(maps - points), axis=0)
 
 
+def item_intervals(
+    per_query,
+    settings: IntervalSettings,
+    query_replicates: int,
+    seed: int,
+    *,
+    weights=None,
+    reruns=None,
+    priors=None,
+    nested=None,
+    sd_distractor=None,
+) -> list[Interval]:
+    """Returns the `Interval` of each reported item: a weighted mean of per-query values.
+
+    Item i is sum_q weights[i, q] v[i, q] (the mean over queries when `weights` is None): a metric
+    at one gallery size, or a group or category of the ILIAS report. Its query bootstrap
+    resamples the queries with the same draws for every item (so bands over sizes and groups
+    are coherent), re-weighting them: sum_q c_q w_q v_q / sum_q c_q w_q.
+
+    Args:
+      per_query: [I, Q] each item's per-query values.
+      settings: the model terms' factors.
+      query_replicates, seed: the query bootstrap's B and seed.
+      weights: [I, Q] the items' query weights, or None (uniform).
+      reruns: [F, I] the items' values under the threshold reruns, or None.
+      priors: [T, I] their values under the other priors on the tail shape, or None.
+      nested: (distractor [I, B'], combined [I, B']) replicates, or None.
+      sd_distractor: [I] the distractor replicates' sds where only they are known (NaN: none),
+        or None; ignored for an item with `nested` replicates.
+
+    Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' values (half, twice
+    the excesses; flatter, steeper prior), which a comparison pairs across two systems.
+    """
+    v = np.asarray(per_query, np.float64)
+    w = np.full_like(v, 1.0 / v.shape[1]) if weights is None else np.asarray(weights, np.float64)
+    points = np.sum(w * v, axis=1)
+    drawn = resample_weights(v.shape[1], int(query_replicates), int(seed)).astype(np.float64)
+    query_reps = ((w * v) @ drawn.T) / (w @ drawn.T)  # [I, B]
+    dev, dev_prior = deviation(reruns, points), deviation(priors, points)
+    listed = lambda a, i: None if a is None else tuple(float(x) for x in a[:, i])
+    out = []
+    for i, point in enumerate(points):
+        nest = None if nested is None else (nested[0][i], nested[1][i])
+        sd = None if sd_distractor is None or np.isnan(sd_distractor[i]) else sd_distractor[i]
+        unc = intervals(float(point), query_reps[i], settings, nest, dev[i], sd, dev_prior[i])
+        out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
+    return out
+
+
 def size_intervals(
     aps,
     settings: IntervalSettings,
@@ -177,10 +226,10 @@ def size_intervals(
     sd_distractor=None,
     priors=None,
 ) -> list[Interval]:
-    """Returns the `Interval` at each gallery size of a prediction.
+    """Returns the `Interval` of mAP@k at each gallery size of a prediction (`item_intervals`).
 
     Args:
-      aps: [G, Q] predicted AP@k per size and query (the query bootstrap resamples its columns).
+      aps: [G, Q] predicted AP@k per size and query.
       settings: the model terms' factors.
       query_replicates, seed: the query bootstrap's B and seed.
       maps: [F, G] the threshold reruns' mAP@k, or None.
@@ -188,19 +237,15 @@ def size_intervals(
       sd_distractor: [G] the distractor replicates' sds where only they are known (an
         artifact's), or None.
       priors: [T, G] the estimate's mAP@k under other priors on the tail shape, or None.
-
-    Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' mAP at its size
-    (half, twice the excesses; flatter, steeper prior), which a comparison pairs across two
-    systems; None without them.
     """
-    points = aps.mean(axis=1)
-    query_reps = query_bootstrap(aps, int(query_replicates), int(seed))
-    dev, dev_prior = deviation(maps, points), deviation(priors, points)
-    listed = lambda a, g: None if a is None else tuple(float(v) for v in a[:, g])
-    out = []
-    for g in range(len(points)):
-        nest = None if nested is None else nested.at(g)
-        sd = None if sd_distractor is None else float(sd_distractor[g])
-        unc = intervals(float(points[g]), query_reps[g], settings, nest, dev[g], sd, dev_prior[g])
-        out.append(unc._replace(threshold_maps=listed(maps, g), prior_maps=listed(priors, g)))
-    return out
+    reps = None if nested is None else (nested.distractor[:, 0], nested.combined[:, 0])
+    return item_intervals(
+        aps,
+        settings,
+        query_replicates,
+        seed,
+        reruns=maps,
+        priors=priors,
+        nested=reps,
+        sd_distractor=sd_distractor,
+    )

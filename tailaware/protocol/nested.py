@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core import buckets, law
+from tailaware.core import buckets, evaluate, law, metrics
 from tailaware.io.scores import SampledScores
 from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
@@ -34,20 +34,41 @@ _POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20
 _SMALL_MEAN = 24
 
 
+class Items(NamedTuple):
+    """Linear functionals of per-query metrics that the replicates also report (the ILIAS
+    report's values): item i is sum_q weights[i, q] v_q, v_q the query's metric
+    `metric_index[i]` (into the metrics) in view `view_index[i]` of `views` [V, Q, P] at the
+    first gallery size."""
+
+    views: np.ndarray
+    view_index: np.ndarray
+    metric_index: np.ndarray
+    weights: np.ndarray
+
+
 class Nested(NamedTuple):
-    """Nested-bootstrap replicates of mAP@k at each gallery size.
+    """Nested-bootstrap replicates of every metric at each of its gallery sizes.
 
     Attributes:
-      distractor: [G, B] mAP over all queries (distractor and fit noise only).
-      combined: [G, B] mAP over resampled queries (queries, distractors and fits).
+      sizes: [G] the gallery sizes.
+      distractor: [G, M, B] each metric over all queries (distractor and fit noise only).
+      combined: [G, M, B] over resampled queries (queries, distractors and fits).
+      items_distractor, items_combined: [I, B] the `Items`' values likewise; None without items.
     """
 
+    sizes: np.ndarray
     distractor: np.ndarray
     combined: np.ndarray
+    items_distractor: np.ndarray | None = None
+    items_combined: np.ndarray | None = None
 
-    def at(self, g: int) -> tuple[np.ndarray, np.ndarray]:
-        """Returns (distractor [B], combined [B]) at the g-th gallery size."""
-        return self.distractor[g], self.combined[g]
+    def at(self, g: int, m: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Returns (distractor [B], combined [B]) of metric m at the g-th gallery size."""
+        return self.distractor[g, m], self.combined[g, m]
+
+    def sd(self, m: int = 0) -> np.ndarray:
+        """Returns [G] the distractor replicates' sd of metric m at each size."""
+        return np.std(self.distractor[:, m], axis=-1, ddof=1)
 
 
 def poisson_one(key, shape):
@@ -127,18 +148,31 @@ def resample(key, tail, pos, counts, mask):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("k", "traced", "settings", "num_replicates", "batch_size")
+    jax.jit,
+    static_argnames=(
+        "k",
+        "traced",
+        "settings",
+        "metric_list",
+        "gains",
+        "num_replicates",
+        "batch_size",
+    ),
 )
 def _nested(
     key,
     c: functional.Core,
     sizes,
+    keep,
+    items,
     *,
-    table,
+    tables,
     grouping,
     k,
     traced,
     settings,
+    metric_list,
+    gains,
     num_replicates,
     batch_size,
 ):
@@ -148,21 +182,36 @@ def _nested(
         k_q, k_d = jax.random.split(key)
         tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
-        one_size = lambda n: buckets.expected_map(
+        atoms = jnp.take_along_axis(atoms, keep[:, None, :], axis=2)
+        w = jnp.take_along_axis(w, keep, axis=1)
+        w = w / jnp.sum(w, axis=1, keepdims=True)
+        values, in_views = evaluate.traced_values(
             atoms,
+            w[None],
             c.mask,
-            n,
-            k,
+            sizes,
+            None if items is None else items.views,
+            k=k,
+            metric_list=metric_list,
+            gains=gains,
+            tables=tables,
             fixed=c.fixed,
-            weights=w,
             counts=counts,
             n_sample=c.s,
-            table=table,
             grouping=grouping,
         )
-        aps = jax.vmap(one_size)(sizes)
-        idx = jax.random.randint(k_q, (q,), 0, q)
-        return jnp.mean(aps, axis=1), jnp.mean(aps[:, idx], axis=1)
+        values = values[0]  # [G, M, Q]
+        drawn = jnp.zeros(q, values.dtype).at[jax.random.randint(k_q, (q,), 0, q)].add(1.0)
+        out = (jnp.mean(values, axis=-1), values @ drawn / q)
+        if items is None:
+            return out
+        per_item = in_views[0][items.view_index, items.metric_index]  # [I, Q]
+        w_i = items.weights * drawn
+        return (
+            *out,
+            jnp.sum(per_item * items.weights, -1),
+            jnp.sum(per_item * w_i, -1) / jnp.sum(w_i, -1),
+        )
 
     keys = jax.random.split(key, num_replicates)
     return jax.lax.map(one, keys, batch_size=batch_size)
@@ -177,13 +226,17 @@ def nested_bootstrap(
     num_replicates: int,
     *,
     seed: int = 0,
+    metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
+    keep: np.ndarray | None = None,
+    items: Items | None = None,
     batch_size: int = 1,
     max_share: float = buckets.MAX_SHARE,
 ) -> Nested:
-    """Returns nested-bootstrap replicates of mAP@k at each gallery size.
+    """Returns nested-bootstrap replicates of every metric@k at each gallery size.
 
     Every replicate resamples each query's distractor sample (Poisson weights), reruns the
-    estimator and evaluates the law; it also draws a resample of queries.
+    estimator and evaluates the law (`evaluate.traced_values`); it also draws a resample of
+    queries.
 
     Args:
       scores: the sample.
@@ -193,6 +246,10 @@ def nested_bootstrap(
       sizes: [G] gallery sizes.
       num_replicates: B.
       seed: PRNG seed.
+      metric_list: the metrics.
+      keep: [Q, A'] the atoms each replicate keeps (`evaluate.kept_atoms` of the estimate's
+        weights), its weights renormalised over them; None keeps them all.
+      items: `Items` the replicates also report, or None.
       batch_size: replicates vmapped together (memory ~ batch_size * G * Q * P * atoms floats).
         One at a time is the fastest as well as the leanest on 2 cores (benchmarks/README.md,
         "protocol.py"); results do not depend on it.
@@ -200,17 +257,27 @@ def nested_bootstrap(
         0: never); results do not depend on it.
     """
     c = functional.core(scores, settings)
-    dist, comb = _nested(
+    est = estimators.get(estimator)
+    if keep is None:
+        shapes = jax.eval_shape(lambda core: est.traced(core, settings), c)
+        keep = np.broadcast_to(np.arange(shapes[1].shape[1]), shapes[1].shape)
+    metric_list = tuple(metric_list)
+    gains = tuple(dict.fromkeys(m.gain for m in metric_list))
+    got = _nested(
         jax.random.key(seed),
         c,
         jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        table=law.rank_tables(int(k)),
+        jnp.asarray(keep, jnp.int32),
+        None if items is None else jax.tree.map(jnp.asarray, items),
+        tables=law.rank_tables(int(k), gains),
         grouping=buckets.groups(c.mask, max_share),
         k=int(k),
-        traced=estimators.get(estimator).traced,
+        traced=est.traced,
         settings=settings,
+        metric_list=metric_list,
+        gains=gains,
         num_replicates=int(num_replicates),
         batch_size=int(min(batch_size, num_replicates)),
     )
-    dist, comb = jax.device_get((dist, comb))
-    return Nested(np.asarray(dist, np.float64).T, np.asarray(comb, np.float64).T)
+    got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in jax.device_get(got)]
+    return Nested(np.asarray(sizes, np.float64), *got)

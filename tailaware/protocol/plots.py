@@ -20,7 +20,7 @@ def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     ax.fill_between(curve.n, band[:, 0], band[:, 1], alpha=0.25, label="90% band")
-    ax.plot(curve.n, curve.map, "-", label=f"{p.estimator} (predicted)")
+    ax.plot(curve.n, curve.values, "-", label=f"{p.estimator} (predicted)")
     lo, hi = p.interval.ci90.reported
     err = [[p.map - lo], [hi - p.map]]
     ax.errorbar([p.n_target], [p.map], err, fmt="ko", capsize=3, label="target N")

@@ -20,6 +20,7 @@ Shapes: Q queries, P positive slots, G gallery sizes, F threshold reruns, T othe
 
 import functools
 from concurrent import futures
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,7 @@ from tailaware.core.results import (
     Diagnostics,
     Drift,
     Hardness,
+    MetricPrediction,
     OtherMetrics,
     Prediction,
 )
@@ -183,14 +185,102 @@ def drift_check(settings: PredictSettings, n_target: int) -> Drift:
     return budget.drift(np.stack(aps))
 
 
+# The nested bootstrap evaluates the target and these sizes (a decade apart over the curve's
+# range); the curve's distractor sd in between is interpolated in log N, as an artifact's is.
+NESTED_ANCHORS = 7
+# The atoms each nested replicate keeps (`evaluate.kept_atoms` of the estimate's weights): the
+# replicates' spread, not their values, is what the interval uses.
+NESTED_ATOM_TOLERANCE = 1e-4
+
+
+class Rows(NamedTuple):
+    """Which weightings of a prediction's pass (`evaluate.predicted_values`) are what: row 0 is
+    the estimate."""
+
+    priors: slice  # the estimate under its other priors on the tail shape
+    reruns: slice  # the threshold reruns
+    baselines: slice  # the count and homogeneous baselines (empty from an artifact)
+
+
+def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[list, Rows]:
+    """Returns the hardness variants of a prediction's pass and where their rows are: the
+    estimate under each of its priors, its threshold reruns and, given the `scores`, the count
+    and homogeneous baselines."""
+    main = evaluate.variant(hardness, priors=True)
+    reruns = [evaluate.variant(r) for r in hardness.reruns]
+    base = []
+    if scores is not None:
+        base = [estimators.count(scores), estimators.homogeneous(scores)]
+    t, f = len(main.weights) - 1, len(reruns)
+    rows = Rows(slice(1, 1 + t), slice(1 + t, 1 + t + f), slice(1 + t + f, 1 + t + f + len(base)))
+    return [main, *reruns, *(evaluate.variant(b) for b in base)], rows
+
+
+def _log_interp(n, at, values) -> np.ndarray:
+    """Returns `values` [..., A] known at ascending sizes `at` [A], at sizes `n` [G] (linear in
+    log N, constant beyond the ends)."""
+    return np.apply_along_axis(lambda v: np.interp(np.log(n), np.log(at), v), -1, values)
+
+
+def metric_predictions(
+    values, rows: Rows, metric_list, settings: PredictSettings, grid, *, reps=None, sd=None
+) -> dict:
+    """Returns label -> `MetricPrediction` of every metric from a prediction's pass.
+
+    Args:
+      values: [W, G, M, Q] the pass's per-query values at the target and the curve's sizes.
+      rows: where the weightings are (`variants`).
+      metric_list: the M metrics; settings: the prediction's; grid: [G - 1] the curve's sizes.
+      reps: the nested bootstrap (`nested.Nested`, at the target and its anchor sizes): the
+        target's interval from its replicates, the curve's from their sd interpolated in log N.
+      sd: [M, G] the distractor sd where only it is known (an artifact's; NaN: unknown).
+    """
+    opts = settings.protocol
+    means = values.mean(axis=-1)  # [W, G, M]
+    common = (settings.intervals, opts.query_replicates, opts.seed)
+    out = {}
+    for m, metric in enumerate(metric_list):
+        per_query = values[0, :, m, :]  # [G, Q]
+        reruns, priors = means[rows.reruns, :, m], means[rows.priors, :, m]
+        model = dict(reruns=reruns if len(reruns) else None, priors=priors if len(priors) else None)
+        part = lambda cut, model=model: {
+            name: None if v is None else v[:, cut] for name, v in model.items()
+        }
+        sd_curve = None if sd is None else sd[m, 1:]
+        if reps is None:
+            sd_m = None if sd is None else sd[m]
+            uncs = intervals.item_intervals(per_query, *common, sd_distractor=sd_m, **model)
+        else:  # the target's own replicates; the curve's sd interpolated between the anchors
+            sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
+            at_n = (reps.distractor[:1, m], reps.combined[:1, m])
+            uncs = intervals.item_intervals(per_query[:1], *common, nested=at_n, **part(slice(1)))
+            uncs += intervals.item_intervals(
+                per_query[1:], *common, sd_distractor=sd_curve, **part(slice(1, None))
+            )
+        known = sd_curve is not None and not np.isnan(sd_curve).any()
+        curve = Curve(
+            n=tuple(grid.tolist()),
+            values=tuple(means[0, 1:, m].tolist()),
+            ci90=tuple(u.ci90.reported for u in uncs[1:]),
+            sd_distractor=tuple(sd_curve.tolist()) if known else None,
+        )
+        label = metric.label(settings.k)
+        out[label] = MetricPrediction(label, float(means[0, 0, m]), per_query[0], uncs[0], curve)
+    return out
+
+
 def predict(
     scores: SampledScores,
     settings: PredictSettings,
     n_target: int,
     hardness: Hardness | None = None,
 ) -> Prediction:
-    """Returns the `Prediction` of `settings.estimator` at gallery size `n_target`.
+    """Returns the `Prediction` of `settings.estimator` at gallery size `n_target`: every metric
+    of `settings.metrics` with its interval and curve.
 
+    One pass (`evaluate.predicted_values`) evaluates every metric at the target and on the curve
+    for the estimate, its other priors, its threshold reruns and the baselines; the nested
+    bootstrap reruns the estimator at the target and at `NESTED_ANCHORS` curve sizes.
     `hardness` is the estimate to predict from (`estimate(scores, settings)` when None: the
     configured estimator with its threshold reruns, which the interval needs).
     """
@@ -199,36 +289,41 @@ def predict(
     k, opts = settings.k, settings.protocol
     if hardness is None:
         hardness = estimate(scores, settings)
-    fixed = scores.fixed_counts
+    metric_list = settings.metric_list()
+    fixed, mask = scores.fixed_counts, scores.mask
     grid = np.geomspace(*CURVE_RANGE, int(opts.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    aps, priors = prior_maps(hardness, sizes, k, fixed, scores)  # [G, Q], [T, G] or None
-    points = aps.mean(axis=1)
-
+    every, rows = variants(hardness, scores)
+    values, _ = evaluate.predicted_values(
+        every, mask, sizes, k, fixed, scores, metric_list=metric_list
+    )  # [W, G, M, Q]
     reps = None
     if int(opts.nested_replicates) > 0:
+        anchors = np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)
+        keep, _ = evaluate.kept_atoms(every[0].weights, NESTED_ATOM_TOLERANCE)
         reps = nested.nested_bootstrap(
             scores,
             settings.estimator,
             settings.tail,
             k,
-            sizes,
+            np.concatenate([[float(n_target)], anchors]),
             opts.nested_replicates,
             seed=opts.seed,
+            metric_list=metric_list,
+            keep=keep,
         )
-    maps = threshold_maps(scores, settings, sizes, hardness)
-    unc, *bands = intervals.size_intervals(
-        aps, settings.intervals, opts.query_replicates, opts.seed, maps, reps, priors=priors
-    )
+    out = metric_predictions(values, rows, metric_list, settings, grid, reps=reps)
+    ap = out[metric_list[0].label(k)]
+    unc = ap.interval
     verdict, fits = budget_check(scores, settings, n_target, unc.sd_query)
     drift = drift_check(settings, n_target)
     checked = None
     if hardness.fit is not None:  # a tail-aware estimate: its tail against the counts
-        counts = np.where(scores.mask, scores.pos_counts, 0)
+        counts = np.where(mask, scores.pos_counts, 0)
         min_count = settings.tail.min_count
         checked = diagnostics.tail_counts(hardness, counts, scores.n_sample, min_count)
     summary, raised = diagnostics.summary(
-        float(points[0]),
+        ap.value,
         unc,
         hardness,
         budget=verdict,
@@ -237,69 +332,74 @@ def predict(
         n_sample=scores.n_sample,
         n_target=n_target,
         checked=checked,
+        others=tuple(out.values())[1:],
     )
     summary = diagnostics.reconciled(scores.reconciled) + summary
-    count = estimators.count(scores)
-    mask = scores.mask
     shared = float(hardness.tail_priced[mask].mean())
     return Prediction(
-        map=float(points[0]),
+        map=ap.value,
         estimator=settings.estimator,
         n_target=int(n_target),
         n_sample=int(scores.n_sample),
         k=k,
-        per_query_ap=aps[0],
+        per_query_ap=ap.per_query,
         baselines={
             "at_sample": baselines.at_sample_map(scores, k),
-            "count": float(evaluate.per_query_ap(count, n_target, k, fixed, scores).mean()),
-            "homogeneous": _homogeneous(scores, n_target, k),
+            "count": float(values[rows.baselines.start, 0, 0].mean()),
+            "homogeneous": float(values[rows.baselines.start + 1, 0, 0].mean()),
             **fits,
         },
         query_ids=scores.query_ids,
         share_tail_priced=shared,
         interval=unc,
-        curve=Curve(
-            n=tuple(grid.tolist()),
-            map=tuple(points[1:].tolist()),
-            ci90=tuple(b.ci90.reported for b in bands),
-            sd_distractor=None if reps is None else tuple(b.sd_distractor for b in bands),
-        ),
+        curve=ap.curve,
         other_metrics=other_metrics(hardness, fixed, n_target, k),
         diagnostics=Diagnostics(summary, verdict, drift, shared, raised, checked),
+        metrics=out,
     )
 
 
-def _homogeneous(scores: SampledScores, n_target: int, k: int) -> float:
-    h = estimators.homogeneous(scores)
-    return float(evaluate.per_query_ap(h, n_target, k, scores.fixed_counts, scores).mean())
-
-
-def exact(scores: SampledScores, k: int, n_target: int) -> Prediction:
+def exact(
+    scores: SampledScores, k: int, n_target: int, metric_list=(metrics.METRICS["map"],)
+) -> Prediction:
     """Returns the `Prediction` of an exact evaluation (every distractor scored): the official
-    mAP@k of the gallery, from its counts."""
+    metrics@k of the gallery, from its counts (mAP@k first)."""
     mask = scores.mask
     counts = np.where(mask, scores.pos_counts + scores.fixed_counts, -1)
-    aps = metrics.ap_at_k_from_counts(counts, mask, k)
+    out = {}
+    for metric in dict.fromkeys((metrics.METRICS["map"], *metric_list)):
+        per_query = np.asarray(metrics.value_from_counts(metric, counts, mask, k), np.float64)
+        out[metric.label(k)] = MetricPrediction(metric.label(k), float(per_query.mean()), per_query)
+    ap = next(iter(out.values()))
     return Prediction(
-        map=float(aps.mean()),
+        map=ap.value,
         estimator="exact",
         n_target=int(n_target),
         n_sample=int(scores.n_sample),
         k=int(k),
-        per_query_ap=np.asarray(aps, np.float64),
+        per_query_ap=ap.per_query,
         baselines={},
         query_ids=scores.query_ids,
+        metrics=out,
     )
 
 
 def distractor_sd(prediction: Prediction) -> tuple | None:
-    """Returns (sizes [G], sds [G], k) of a prediction's distractor-sample sd at the target and
-    on its curve (ascending sizes; what a hardness artifact stores), or None without one (no
-    nested bootstrap)."""
-    curve, unc = prediction.curve, prediction.interval
-    if curve is None or curve.sd_distractor is None or unc is None or unc.sd_distractor is None:
+    """Returns (sizes [G], sds [M, G], k, metric names [M]) of a prediction's distractor-sample
+    sd of each metric at the target and on its curve (ascending sizes; what a hardness artifact
+    stores), or None without one (no nested bootstrap)."""
+    known = [
+        m
+        for m in prediction.metrics.values()
+        if m.curve is not None
+        and m.curve.sd_distractor is not None
+        and m.interval is not None
+        and m.interval.sd_distractor is not None
+    ]
+    if not known:
         return None
-    n = np.asarray([prediction.n_target, *curve.n], np.float64)
-    sds = np.asarray([unc.sd_distractor, *curve.sd_distractor], np.float64)
+    n = np.asarray([prediction.n_target, *known[0].curve.n], np.float64)
+    sds = np.asarray([[m.interval.sd_distractor, *m.curve.sd_distractor] for m in known])
     n, first = np.unique(n, return_index=True)
-    return n, sds[first], int(prediction.k)
+    names = tuple(m.label.split("@")[0] for m in known)
+    return n, sds[:, first], int(prediction.k), names

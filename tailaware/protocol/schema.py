@@ -15,6 +15,7 @@ from tailaware.core.results import (
     Diagnostics,
     Drift,
     Interval,
+    MetricPrediction,
     Prediction,
 )
 from tailaware.io.errors import InputError, field_error
@@ -51,10 +52,10 @@ def interval_json(interval: Interval) -> dict:
     return out
 
 
-def _curve_json(curve: Curve) -> dict:
+def _curve_json(curve: Curve, key: str = "map") -> dict:
     out = {
         "n": [float(v) for v in curve.n],
-        "map": [float(v) for v in curve.map],
+        key: [float(v) for v in curve.values],
         "ci90": [_pair(b) for b in curve.ci90],
     }
     if curve.sd_distractor is not None:
@@ -111,6 +112,18 @@ def _diagnostics_json(d: Diagnostics) -> dict:
     return out
 
 
+def _metric_json(m: MetricPrediction) -> dict:
+    """Returns one entry of prediction.json's `metrics`."""
+    out = {"value": float(m.value), "per_query": [float(v) for v in m.per_query]}
+    if m.interval is not None:
+        out["ci90"] = _pair(m.interval.ci90.reported)
+        out["ci95"] = _pair(m.interval.ci95.reported)
+        out["uncertainty"] = interval_json(m.interval)
+    if m.curve is not None:
+        out["curve"] = _curve_json(m.curve, "values")
+    return out
+
+
 def prediction_json(p: Prediction) -> dict:
     """Returns the prediction.json object of a `Prediction` (JSON types only)."""
     out = {
@@ -140,6 +153,8 @@ def prediction_json(p: Prediction) -> dict:
             "top1": m.top1,
             "note": _OTHER_METRICS_NOTE,
         }
+    if p.metrics:
+        out["metrics"] = {label: _metric_json(m) for label, m in p.metrics.items()}
     if p.diagnostics is not None:
         out["diagnostics"] = _diagnostics_json(p.diagnostics)
     if p.artifact is not None:
@@ -155,7 +170,8 @@ def _number(v):
 
 def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction:
     """Returns the `Prediction` of a prediction.json object, as far as a comparison needs it:
-    the point, per-query AP, query ids, and the interval's distractor sd and model reruns.
+    the point, per-query AP, query ids, the interval's distractor sd and model reruns, and the
+    same for every metric under `metrics`.
 
     Raises:
       InputError: naming `source` and the missing or malformed field.
@@ -174,6 +190,15 @@ def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction
 def _prediction_from_json(d: dict) -> Prediction:
     unc = d.get("uncertainty")
     ids = d.get("query_ids")
+    metrics = {
+        label: MetricPrediction(
+            label,
+            float(m["value"]),
+            np.asarray(m["per_query"], np.float64),
+            None if "uncertainty" not in m else interval_from_json(m["uncertainty"], m),
+        )
+        for label, m in d.get("metrics", {}).items()
+    }
     return Prediction(
         map=float(d["map"]),
         estimator=str(d["estimator"]),
@@ -184,6 +209,7 @@ def _prediction_from_json(d: dict) -> Prediction:
         baselines=dict(d.get("baselines", {})),
         query_ids=None if ids is None else np.asarray(ids),
         interval=None if unc is None else interval_from_json(unc, d),
+        metrics=metrics,
     )
 
 
@@ -226,6 +252,25 @@ def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
         "k": int(c.k),
         "map_a": float(c.map_a),
         "map_b": float(c.map_b),
+        **_paired_json(c),
+    }
+    if c.metrics:
+        out["metrics"] = {
+            label: {
+                "value_a": float(m.map_a),
+                "value_b": float(m.map_b),
+                **_paired_json(m),
+            }
+            for label, m in c.metrics.items()
+        }
+    if a or b:
+        out["a"], out["b"] = a, b
+    return out
+
+
+def _paired_json(c: Comparison) -> dict:
+    """Returns the paired difference's fields of a `Comparison` (those every metric has)."""
+    return {
         "difference": c.difference,
         "sd": c.sd,
         "ci90": _pair(c.ci90),
@@ -236,17 +281,14 @@ def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
         "threshold_deviation": c.threshold_deviation,
         "prior_deviation": c.prior_deviation,
     }
-    if a or b:
-        out["a"], out["b"] = a, b
-    return out
 
 
 def format_table(p: Prediction) -> str:
     """Returns a plain-text table of a prediction and its baselines (warnings first)."""
     k, n = p.k, p.n_target
-    warnings = list(p.diagnostics.summary[:-1]) if p.diagnostics is not None else []
-    lines = [
-        *warnings,
+    others = list(p.metrics.values())[1:]
+    lines = list(p.diagnostics.summary[: -1 - len(others)]) if p.diagnostics is not None else []
+    lines += [
         f"mAP@{k} at N = {n:,} from S = {p.n_sample:,} sampled distractors "
         f"({len(p.per_query_ap)} queries)",
         f"  {'estimator':<22}{'mAP@' + str(k):>10}",
@@ -258,4 +300,13 @@ def format_table(p: Prediction) -> str:
     for name, value in p.baselines.items():
         label = {"at_sample": "evaluate-at-S", "count": "count (K/S)"}.get(name, name)
         lines.append(f"  {label:<22}{float(value):>10.4f}")
+    if others:
+        lines.append(f"  other metrics ({p.estimator})")
+    for m in others:
+        ci = (
+            ""
+            if m.interval is None
+            else "   90% CI [{:.4f}, {:.4f}]".format(*m.interval.ci90.reported)
+        )
+        lines.append(f"  {m.label:<22}{m.value:>10.4f}{ci}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ protocol (intervals, curve, budget and drift checks) and the interval's model te
 
 import dataclasses
 
+from tailaware.core import metrics as core_metrics
 from tailaware.tail.settings import TailSettings
 
 # The curve of a prediction spans these gallery sizes (log-spaced; `ProtocolSettings`).
@@ -81,10 +82,12 @@ class PredictSettings:
 
     Attributes:
       estimator: a name of `tailaware.tail.estimators.ESTIMATORS`.
-      k: the metric's cut-off (mAP@k).
+      k: the metrics' cut-off (mAP@k).
       tail: the estimators' `TailSettings`.
       protocol: the `ProtocolSettings`.
       intervals: the `IntervalSettings`.
+      metrics: names of `tailaware.core.metrics.METRICS` predicted with their intervals and
+        curves; mAP@k is always predicted (it leads the outputs).
     """
 
     estimator: str = "evt_averaged"
@@ -92,7 +95,15 @@ class PredictSettings:
     tail: TailSettings = TailSettings()
     protocol: ProtocolSettings = ProtocolSettings()
     intervals: IntervalSettings = IntervalSettings()
+    metrics: tuple[str, ...] = ("map", "recall")
 
     def __post_init__(self):
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
+        for name in self.metrics:
+            core_metrics.get(name)
+
+    def metric_list(self) -> tuple[core_metrics.Metric, ...]:
+        """Returns the metrics to predict: mAP first, then the others in the given order."""
+        names = dict.fromkeys(("map", *self.metrics))
+        return tuple(core_metrics.METRICS[n] for n in names)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from tailaware.core import law, metrics
+from tailaware.core import evaluate, law, metrics
 from tailaware.core.results import Hardness, Interval
 from tailaware.io.scores import load_scores
 from tailaware.protocol import (
@@ -74,6 +74,8 @@ class ValidationSettings:
         split of `SPLITS` ("dev", "test"), whose benchmarks replace the grid.
       manifest: with a split, the real-text benchmarks' manifest (`benchmarks/text_galleries.py`);
         "" leaves them out.
+      metrics: metrics besides mAP@k (`core.metrics.METRICS`) whose prediction by the configured
+        estimator is checked against their realized truth too.
     """
 
     estimators: tuple[str, ...] = ()
@@ -87,6 +89,7 @@ class ValidationSettings:
     nested_replicates: int = 50
     split: str = ""
     manifest: str = ""
+    metrics: tuple[str, ...] = ("recall", "ndcg")
 
     def __post_init__(self):
         for name, known in (
@@ -108,6 +111,8 @@ class ValidationSettings:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if not self.fractions or not all(0.0 < f <= 1.0 for f in self.fractions):
             raise ValueError(f"fractions must be shares in (0, 1], got {self.fractions}")
+        for name in self.metrics:
+            metrics.get(name)
         if self.split and self.split not in SPLITS:
             raise ValueError(f"split must be '' or one of {sorted(SPLITS)}, got {self.split!r}")
 
@@ -228,6 +233,8 @@ class Draw(NamedTuple):
       interval: the configured estimator's interval at N.
       tail_counts: its tail against the positives' counts.
       calibration: estimator name -> `calibration` of its tail-priced positives.
+      metrics: label (e.g. "recall@100") -> (the configured estimator's prediction, the realized
+        truth) of the validation's other metrics.
     """
 
     truth: float
@@ -237,6 +244,7 @@ class Draw(NamedTuple):
     interval: Interval
     tail_counts: TailCounts
     calibration: dict
+    metrics: dict = {}
 
     def predictions(self) -> dict:
         """Returns every row's prediction: the estimators', then the baselines'."""
@@ -250,6 +258,7 @@ class Draw(NamedTuple):
             "tail_counts": self.tail_counts._asdict(),
             "predictions": self.predictions(),
             "calibration": self.calibration,
+            "metrics": {label: list(pair) for label, pair in self.metrics.items()},
         }
 
     @classmethod
@@ -263,6 +272,7 @@ class Draw(NamedTuple):
             interval=schema.interval_from_json(d["interval"]),
             tail_counts=TailCounts(**d["tail_counts"]),
             calibration=d["calibration"],
+            metrics={label: tuple(pair) for label, pair in d.get("metrics", {}).items()},
         )
 
 
@@ -323,6 +333,19 @@ def one_draw(
         point, counts, scores.n_sample, settings.tail.min_count
     )
     warned = bool(diagnostics.tail_counts_warning(seen, expected, sd))
+    others = tuple(metrics.get(name) for name in v.metrics)
+    every, _ = prediction.variants(point)
+    values, _ = evaluate.predicted_values(
+        every[:1], scores.mask, [float(n)], k, scores.fixed_counts, scores, metric_list=others
+    )
+    full = np.where(scores.mask, truth_counts + scores.fixed_counts, -1)
+    pairs = {
+        m.label(k): (
+            float(values[0, 0, i].mean()),
+            float(metrics.value_from_counts(m, full, scores.mask, k).mean()),
+        )
+        for i, m in enumerate(others)
+    }
     draw = Draw(
         truth=metrics.map_from_counts(truth_counts, k, scores.fixed_counts),
         n_sample=scores.n_sample,
@@ -331,6 +354,7 @@ def one_draw(
         interval=unc,
         tail_counts=TailCounts(seen, expected, sd, warned),
         calibration=calib,
+        metrics=pairs,
     )
     return draw, reps
 
@@ -404,6 +428,9 @@ def summarize(draws: list[Draw], oracle: dict) -> CellSummary:
     for name, value in oracle.items():
         err = value - truth
         rows[name] = Row(float(err.mean()), float(np.abs(err).mean()))
+    for label in draws[0].metrics:
+        err = np.array([d.metrics[label][0] - d.metrics[label][1] for d in draws])
+        rows[label] = Row(float(err.mean()), float(np.abs(err).mean()))
     coverage = {}
     for tag in COVERAGE_TAGS:
         level, _, part = tag.partition("_")
