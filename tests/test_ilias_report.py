@@ -1,11 +1,17 @@
-"""The ILIAS report's inputs: the readers of positive_ids.txt and of a taxonomy."""
+"""The ILIAS report: the spec's groups and notes, `apply`, the exact report, and the readers
+of its inputs."""
 
 import json
+import math
 import os
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from tailaware.io import errors, ilias_folder
+from tailaware.protocol import ilias_report, schema
 
 # A test taxonomy: 3 categories, 4 subcategories (one category name holds "-", which the
 # official rule cuts at).
@@ -28,6 +34,178 @@ def taxonomy_file(tmp_path):
     path = tmp_path / "taxonomy.json"
     path.write_text(json.dumps(TAXONOMY))
     return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec: groups, weights and what it skips.
+
+
+def slots(ids_per_query):
+    width = max(map(len, ids_per_query))
+    return np.asarray([list(ids) + [""] * (width - len(ids)) for ids in ids_per_query])
+
+
+def test_build_spec_groups_weights_and_keys():
+    qids = ["a/q/1", "a/q/2", "b/q/1", "c/q/1"]
+    slot_ids = slots([["a/p1", "a/p2"], ["a/p1", "a/p2"], ["b/p1"], ["c/p1", "c/p2", "c/p3"]])
+    info = {
+        "a/p1": (0.0, 17),  # first scale group, first clutter group
+        "a/p2": (0.06880213760855043, 18),  # an edge: the upper group (half-open)
+        "b/p1": (0.5, 53),
+        "c/p1": (0.01, 0),
+        "c/p2": (0.3, 100),
+        "c/p3": (0.2729876723163842, 54),
+    }
+    taxonomy = {"a": ("x", "x-1"), "b": ("x", "x-2"), "c": ("y", "y-1")}
+    spec = ilias_report.build_spec(qids, slot_ids, info, taxonomy)
+    assert spec.notes == () and spec.query_ids == tuple(qids)
+    keys = [(it.section, it.key) for it in spec.items]
+    assert keys == [
+        ("map", ""),
+        ("oracle", ""),
+        ("scale", "0-0.06880213760855043"),
+        ("scale", "0.06880213760855043-0.13526567164179104"),
+        ("scale", "0.2729876723163842-inf"),  # no positive in [0.135, 0.273): no such group
+        ("clutter", "0-18"),
+        ("clutter", "18-33"),
+        ("clutter", "53-inf"),
+        ("categories", "x"),
+        ("categories", "y"),
+        ("subcategories", "x-1"),
+        ("subcategories", "x-2"),
+        ("subcategories", "y-1"),
+    ]
+    assert spec.views.shape == (7, 4, 3) and spec.view_keys == tuple(keys[2:8])
+    np.testing.assert_array_equal(spec.views[0], slot_ids != "")
+    np.testing.assert_array_equal(spec.views[1], [[1, 0, 0], [1, 0, 0], [0, 0, 0], [1, 0, 0]])
+    np.testing.assert_array_equal(spec.views[3], [[0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1]])
+    np.testing.assert_allclose(spec.weights.sum(axis=1), 1.0)
+    by_key = {k: it for k, it in zip(keys, spec.items, strict=True)}
+    first = by_key["scale", "0-0.06880213760855043"]
+    np.testing.assert_allclose(first.weights, np.asarray([1, 1, 0, 1]) / 3)
+    assert first.num_queries == 3
+    # Instances weigh equally: a's two queries share a's half of category x.
+    np.testing.assert_allclose(by_key["categories", "x"].weights, [0.25, 0.25, 0.5, 0])
+    assert by_key["categories", "x"].num_instances == 2
+    assert by_key["oracle", ""].metric == "recall" and by_key["map", ""].metric == "map"
+    assert spec.pairs() == ((0, "map"), (0, "recall"), *((v, "map") for v in range(1, 7)))
+
+
+def test_build_spec_skips_with_a_note():
+    qids = ["a/q/1", "b/q/1"]
+    slot_ids = slots([["a/p1"], ["b/p1", "b/p2"]])
+    only_map_oracle = lambda spec: [it.section for it in spec.items] == ["map", "oracle"]
+    spec = ilias_report.build_spec(qids, slot_ids, None, None)
+    assert only_map_oracle(spec) and spec.views.shape == (1, 2, 2)
+    assert spec.notes == (
+        "scale, clutter: skipped (no positive_ids.txt with scale and clutter)",
+        "categories, subcategories: skipped (no taxonomy holds every instance: ILIAS's is used "
+        "for ILIAS's instances, --config.taxonomy gives another)",
+    )
+    spec = ilias_report.build_spec(qids, slot_ids, {}, None)
+    assert spec.notes[0] == "scale, clutter: skipped (positive_ids.txt holds ids only)"
+    info = {"a/p1": (0.1, 1), "b/p1": (0.1, 1)}
+    spec = ilias_report.build_spec(qids, slot_ids, info, {"a": ("x", "x-y")})
+    assert spec.notes == (
+        "scale, clutter: skipped (1 positives have no line in positive_ids.txt, e.g. 'b/p2')",
+        "categories, subcategories: 1 instances not in the taxonomy (e.g. 'b'), their 1 queries "
+        "left out",
+    )
+    assert [(it.section, it.key) for it in spec.items[2:]] == [
+        ("categories", "x"),
+        ("subcategories", "x-y"),
+    ]
+    np.testing.assert_allclose(spec.items[2].weights, [1.0, 0.0])
+    with pytest.raises(ValueError, match="a positive per query"):
+        ilias_report.build_spec(qids, slots([["a/p1"], [""]]), None, None)
+
+
+def test_exact_report_deletes_out_of_group_positives():
+    # One query, 3 positives: non-relevant items above them 0, 2, 5; ranks 1, 4, 8 (k = 10).
+    counts, mask = np.asarray([[0, 2, 5]]), np.ones((1, 3), bool)
+    slot_ids = np.asarray([["a/p1", "a/p2", "a/p3"]])
+    info = {"a/p1": (0.5, 0), "a/p2": (0.01, 0), "a/p3": (0.5, 0)}
+    spec = ilias_report.build_spec(["a/q"], slot_ids, info, {"a": ("x", "x-y")})
+    report = ilias_report.exact_report(spec, counts, mask, 10)
+    values = {(v.section, v.key): v.value for v in report.values}
+    assert values["map", ""] == pytest.approx(100 * (1 / 1 + 2 / 4 + 3 / 8) / 3)
+    assert values["oracle", ""] == pytest.approx(100.0)
+    # [0.27, inf): p2 deleted, p3 moves up to rank 2 + 5 = 7.
+    assert values["scale", "0.2729876723163842-inf"] == pytest.approx(100 * (1 + 2 / 7) / 2)
+    assert values["scale", "0-0.06880213760855043"] == pytest.approx(100 * (1 / 3))
+    assert values["clutter", "0-18"] == values["map", ""] == values["categories", "x"]
+    np.testing.assert_allclose(report.aps, [values["map", ""]])
+    at_k2 = ilias_report.exact_report(spec, counts, mask, 2).values
+    at_k2 = {(v.section, v.key): v.value for v in at_k2}
+    assert at_k2["oracle", ""] == pytest.approx(100 / 3) and at_k2["map", ""] == pytest.approx(50)
+
+
+def test_apply_numpy_jit_vmap_and_multiplicities():
+    rng = np.random.default_rng(0)
+    qids = [f"{i}/q/{j}" for i in "abc" for j in range(2)]
+    slot_ids = slots([[f"{q.split('/')[0]}/p{j}" for j in range(3)] for q in qids])
+    info = {p: (float(rng.uniform(0, 0.3)), int(rng.integers(0, 60))) for p in slot_ids.ravel()}
+    spec = ilias_report.build_spec(qids, slot_ids, info, {"a": ("x", "x-1"), "b": ("x", "x-2")})
+    reps = {pair: rng.uniform(size=(5, len(qids))) for pair in spec.pairs()}  # [B, Q]
+    one = lambda b: ilias_report.apply(spec, {p: v[b] for p, v in reps.items()})
+    loop = np.stack([one(b) for b in range(5)])
+    np.testing.assert_allclose(ilias_report.apply(spec, reps), loop, rtol=1e-12)
+    np.testing.assert_allclose(
+        ilias_report.apply(spec, reps, multiplicity=np.ones(len(qids))), loop, rtol=1e-12
+    )
+    as_jax = {p: jnp.asarray(v, jnp.float32) for p, v in reps.items()}
+    jitted = jax.jit(lambda d: ilias_report.apply(spec, d))(as_jax)
+    vmapped = jax.vmap(lambda d: ilias_report.apply(spec, d))(as_jax)
+    np.testing.assert_allclose(jitted, loop, rtol=1e-5)
+    np.testing.assert_allclose(vmapped, loop, rtol=1e-5)
+    # A query bootstrap's multiplicities: each item is a weighted mean of the kept queries.
+    m = np.asarray([2.0, 0.0, 1.0, 1.0, 0.0, 3.0])
+    v = {p: r[0] for p, r in reps.items()}
+    got = ilias_report.apply(spec, v, multiplicity=m)
+    assert got[0] == pytest.approx(np.average(v[0, "map"], weights=m))
+    cat_x = next(i for i, it in enumerate(spec.items) if it.key == "x")
+    w = spec.items[cat_x].weights * m  # a: 1/4 per query (2 queries), b: 1/4 each
+    assert got[cat_x] == pytest.approx((w * v[0, "map"]).sum() / w.sum())
+    m_none_of_b = np.asarray([1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+    sub_b = next(i for i, it in enumerate(spec.items) if it.key == "x-2")
+    assert math.isnan(ilias_report.apply(spec, v, multiplicity=m_none_of_b)[sub_b])
+
+
+def test_report_json_and_table_layout():
+    spec = ilias_report.build_spec(
+        ["a/q"], np.asarray([["a/p"]]), {"a/p": (0.5, 60)}, {"a": ("x", "x-y")}
+    )
+    report = ilias_report.exact_report(spec, np.asarray([[1]]), np.ones((1, 1), bool), 10)
+    out = schema.report_json(report)
+    assert list(out) == [
+        "units",
+        "map",
+        "oracle",
+        "scale",
+        "clutter",
+        "categories",
+        "subcategories",
+        "num_queries",
+        "num_instances",
+        "queries",
+        "aps",
+        "notes",
+    ]
+    assert out["map"] == out["scale"]["0.2729876723163842-inf"] == pytest.approx(50.0)
+    assert out["num_queries"] == {
+        "map": 1,
+        "oracle": 1,
+        "scale": {"0.2729876723163842-inf": 1},
+        "clutter": {"53-inf": 1},
+        "categories": {"x": 1},
+        "subcategories": {"x-y": 1},
+    }
+    json.dumps(out)  # JSON types only
+    with_ci = report._replace(values=tuple(v._replace(ci90=(1.0, 2.0)) for v in report.values))
+    assert schema.report_json(with_ci)["ci90"]["clutter"] == {"53-inf": [1.0, 2.0]}
+    lines = schema.report_lines(with_ci, 10)
+    assert lines[0] == "ILIAS report at k = 10, percent (and the number of queries averaged)"
+    assert lines[1].split() == ["map", "50.00", "(1)", "90%", "CI", "[1.00,", "2.00]"]
 
 
 # ---------------------------------------------------------------------------------------------
