@@ -1,18 +1,26 @@
-"""The ILIAS report: the spec's groups and notes, `apply`, the exact report, and the readers
-of its inputs."""
+"""The ILIAS report: exact mode against a literal transcription of the official rules, the
+spec's groups and notes, `apply`, and the readers of its inputs."""
 
 import json
 import math
 import os
+import pickle
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tailaware.io import errors, ilias_folder
+from tailaware.configs import ilias as ilias_config
+from tailaware.io import errors, features, ilias_folder
+from tailaware.jobs import ilias
 from tailaware.protocol import ilias_report, schema
 
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "text_small.npz")
+DIM, SHARDS, ROWS = 16, 2, 300
+# Queries and positives per instance: one query or several, two positives or many.
+QUERIES = (1, 2, 3, 1, 2, 2)
+POSITIVES = (2, 4, 6, 3, 5, 7)
 # A test taxonomy: 3 categories, 4 subcategories (one category name holds "-", which the
 # official rule cuts at).
 TAXONOMY = {
@@ -20,6 +28,168 @@ TAXONOMY = {
     "plant": {"tree": {"oak": ["ins4"]}},
     "sea-life": {"fish": {"cod": ["ins5"], "eel": ["not_in_folder"]}},
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# The official rules, transcribed (evaluation/src/dataset.py of ilias-vrg/ilias; REFERENCE.md).
+
+OFFICIAL_SCALE_GROUPS = [
+    (0, 0.06880213760855043),
+    (0.06880213760855043, 0.13526567164179104),
+    (0.13526567164179104, 0.2729876723163842),
+    (0.2729876723163842, float("inf")),
+]
+OFFICIAL_CLUTTER_GROUPS = [(0, 18), (18, 33), (33, 53), (53, float("inf"))]
+
+
+def official_ap(ids, sims, gt, k, excluded=frozenset()):
+    """AP@k and oracle of one query's ranked list (ids, sims) after deleting `excluded`."""
+    keep = np.asarray([i not in excluded for i in ids], bool)
+    ids, sims = ids[keep], sims[keep]
+    gt = gt - set(excluded)
+    # argsort(-sims); among equal scores the query's positives first (our tie rule, for the
+    # float16 text embeddings; the synthetic folders have no ties).
+    order = np.lexsort((~np.isin(ids, list(gt)), -sims))
+    top = ids[order][:k]
+    y = np.isin(top, list(gt))
+    if not y.any():
+        return 0.0, 0.0
+    precision_at_hits = np.cumsum(y)[y] / (np.flatnonzero(y) + 1)
+    ap = precision_at_hits.sum() / min(k, len(gt))
+    oracle = y.mean() * (k / len(gt))
+    return ap, oracle
+
+
+def official_report(query_ids, lists, positive_ids, positive_info, taxonomy_tree, k):
+    """The report as the official `_evaluate_pkl(..., report=True)` builds it from each query's
+    ranked list `lists[q]` = (database ids, their scores)."""
+    gt = {}
+    for pid in positive_ids:
+        gt.setdefault(pid.split("/")[0], set()).add(pid)
+    labels = None
+    if taxonomy_tree is not None:
+        labels = {
+            q: f"{c}-{sc}"
+            for c, sc_dict in taxonomy_tree.items()
+            for sc, ssc_dict in sc_dict.items()
+            for q_list in ssc_dict.values()
+            for q in q_list
+        }
+    aps, oracles = [], []
+    scale, clutter = {}, {}
+    categories, subcategories = {}, {}
+    for q, (ids, s) in zip(query_ids, lists, strict=True):
+        ins = q.split("/")[0]
+        ap, oracle = official_ap(ids, s, gt[ins], k)
+        aps.append(ap * 100)
+        oracles.append(oracle * 100)
+        if labels is not None:
+            category = labels[ins].split("-")[0]
+            categories.setdefault(category, {}).setdefault(ins, []).append(ap * 100)
+            subcategories.setdefault(labels[ins], {}).setdefault(ins, []).append(ap * 100)
+        if positive_info:
+            for out, groups, field in (
+                (scale, OFFICIAL_SCALE_GROUPS, 0),
+                (clutter, OFFICIAL_CLUTTER_GROUPS, 1),
+            ):
+                for t1, t2 in groups:
+                    excluded = {
+                        i
+                        for i in gt[ins]
+                        if positive_info[i][field] < t1 or positive_info[i][field] >= t2
+                    }
+                    if gt[ins] - excluded:
+                        ap_g, _ = official_ap(ids, s, gt[ins], k, excluded)
+                        out.setdefault(f"{t1}-{t2}", []).append(ap_g * 100)
+    mean_of_means = lambda d: {c: np.mean([np.mean(v) for v in i.values()]) for c, i in d.items()}
+    return {
+        "queries": list(query_ids),
+        "aps": aps,
+        "map": np.mean(aps),
+        "oracle": np.mean(oracles),
+        "scale": {g: np.mean(v) for g, v in scale.items()},
+        "clutter": {g: np.mean(v) for g, v in clutter.items()},
+        "categories": mean_of_means(categories),
+        "subcategories": mean_of_means(subcategories),
+    }
+
+
+def full_lists(db_ids, sims):
+    """Every query's ranked list over the whole database (sims [Q, D])."""
+    return [(np.asarray(db_ids), row) for row in sims]
+
+
+def assert_reports_equal(got, want, atol=1e-4):
+    assert got["queries"] == want["queries"]
+    np.testing.assert_allclose(got["aps"], want["aps"], atol=atol, rtol=0)
+    for key in ("map", "oracle"):
+        assert got[key] == pytest.approx(want[key], abs=atol), key
+    for key in ilias_report.GROUPED:
+        assert set(got[key]) == set(want[key]), key
+        for group, value in want[key].items():
+            assert got[key][group] == pytest.approx(value, abs=atol), (key, group)
+
+
+# ---------------------------------------------------------------------------------------------
+# A folder with scale, clutter and a taxonomy; scores exact in float32 and without ties.
+
+
+def quantized(rng, n, centre=None, noise=1.0):
+    """[n, DIM] vectors of norm < 1 in multiples of 2^-11: float16 holds them and every dot
+    product is exact in float32, so the job and the transcription see the same scores (2^-22
+    apart at least: continuous enough that no positive ties, which `make_folder` checks)."""
+    x = rng.standard_normal((n, DIM)) * noise + (0.0 if centre is None else centre)
+    x = 0.99 * x / np.linalg.norm(x, axis=1, keepdims=True)
+    return np.round(x * 2048) / 2048
+
+
+def scale_clutter(rng, n):
+    """n (scale, clutter) pairs over a few of the official groups, edges included."""
+    scales = rng.choice([0.01, 0.06880213760855043, 0.1, 0.13526567164179104, 0.2, 0.5], n)
+    clutters = rng.choice([0, 5, 18, 20, 33, 40, 53, 90], n)
+    return [(float(s), int(c)) for s, c in zip(scales, clutters, strict=True)]
+
+
+def make_folder(path, names, seed=0, info_where="positive_ids.txt", header=True):
+    """Writes the folder; returns (query ids, db ids, sims [Q, D] float64, positive_info)."""
+    rng = np.random.default_rng(seed)
+    qs, ps, qids, pids = [], [], [], []
+    for i, name in enumerate(names):
+        centre = rng.standard_normal(DIM)
+        qs.append(quantized(rng, QUERIES[i], centre, 1.2))
+        ps.append(quantized(rng, POSITIVES[i], centre, 1.2))
+        qids += [f"{name}/query/Q{i:03d}_{j:02d}.jpg" for j in range(QUERIES[i])]
+        pids += [f"{name}/pos/P{i:03d}_{j:02d}.jpg" for j in range(POSITIVES[i])]
+    q, p = np.concatenate(qs), np.concatenate(ps)
+    features.write_features(os.path.join(path, features.IMAGE_QUERIES), q, qids)
+    features.write_features(os.path.join(path, features.POSITIVES), p, pids)
+    db, dids = [p], list(pids)
+    for s in range(SHARDS):
+        x = quantized(rng, ROWS)
+        ids = [f"tar{s:03d}/{j:06d}" for j in range(ROWS)]
+        features.write_features(os.path.join(path, features.distractor_name(s)), x, ids)
+        db.append(x)
+        dids += ids
+    info = dict(zip(pids, scale_clutter(rng, len(pids)), strict=True))
+    info_path = os.path.join(path, info_where)
+    os.makedirs(os.path.dirname(info_path), exist_ok=True)
+    with open(info_path, "w") as f:
+        f.write("id,scale,clutter\n" if header else "")
+        f.writelines(f"{i},{s!r},{c}\n" for i, (s, c) in info.items())
+    sims = q.astype(np.float64) @ np.concatenate(db).astype(np.float64).T
+    for qid, row in zip(qids, sims, strict=True):  # no positive ties with a non-relevant item
+        own = np.asarray([d.split("/")[0] == qid.split("/")[0] for d in dids])
+        assert not np.isin(row[own], row[~own]).any()
+    return qids, dids, sims, info
+
+
+def config(folder, k, **overrides):
+    c = ilias_config.get_config()
+    c.features, c.sample_fraction, c.k = str(folder), 1.0, k
+    c.evt.top_m, c.block_size, c.checkpoint_every_s = 60, 128, 0.0
+    for key, value in overrides.items():
+        setattr(c, key, value)
+    return c
 
 
 def ilias_names(n):
@@ -34,6 +204,74 @@ def taxonomy_file(tmp_path):
     path = tmp_path / "taxonomy.json"
     path.write_text(json.dumps(TAXONOMY))
     return str(path)
+
+
+@pytest.mark.parametrize("case", ["test_taxonomy", "ilias_default"])
+def test_exact_report_equals_the_official_rules(tmp_path, capsys, case):
+    folder = tmp_path / "features"
+    folder.mkdir()
+    if case == "test_taxonomy":  # positive_ids.txt in the folder, with a header; k = 10
+        names, tree, k = [f"ins{i}" for i in range(len(QUERIES))], TAXONOMY, 10
+        qids, dids, sims, info = make_folder(str(folder), names)
+        c = config(folder, k, taxonomy=taxonomy_file(tmp_path))
+    else:  # ILIAS's instances and taxonomy, its image_ids/positive_ids.txt (no header); k = 50
+        (names, tree), k = ilias_names(len(QUERIES)), 50
+        qids, dids, sims, info = make_folder(
+            str(folder), names, seed=1, info_where="image_ids/positive_ids.txt", header=False
+        )
+        c = config(folder, k)
+    result = ilias.run(c, str(tmp_path / "work"))
+    got = json.loads((tmp_path / "work" / "prediction.json").read_text())["report"]
+    pids = [d for d in dids if "/pos/" in d]
+    want = official_report(qids, full_lists(dids, sims), pids, info, tree, k)
+    assert_reports_equal(got, want)
+    # Every section is there and non-trivial: groups some instances lack, several categories.
+    assert 1.0 < got["map"] < 99.0 and got["map"] == pytest.approx(100 * result.map, abs=1e-9)
+    assert len(got["scale"]) >= 3 and len(got["clutter"]) >= 3 and len(got["categories"]) >= 3
+    assert len(got["subcategories"]) >= 4 and got["notes"] == []
+    assert min(got["num_queries"]["scale"].values()) < len(qids)
+    assert sum(got["num_instances"]["categories"].values()) == len(names)
+    assert "0-0.06880213760855043" in got["scale"] and "53-inf" in got["clutter"]
+    out = capsys.readouterr().out
+    assert f"ILIAS report at k = {k}" in out
+    assert all(f"  scale {key} " in out for key in got["scale"])
+    # The official script evaluates the stored top-k list: there a positive that deletions would
+    # lift into the top k is missing, so its group values can only be lower; no deletion, no
+    # difference (map, oracle, categories).
+    with open(tmp_path / "work" / f"ranked_top{k}.pkl", "rb") as f:
+        lists = pickle.load(f)
+    db = np.asarray(lists["db_ids"])
+    pairs = zip(lists["ranks"], lists["sims"], strict=True)
+    stored_lists = [(db[r[r >= 0]], s[r >= 0]) for r, s in pairs]
+    stored = official_report(qids, stored_lists, pids, info, tree, k)
+    for key in ("map", "oracle"):
+        assert stored[key] == pytest.approx(got[key], abs=1e-4)
+    assert stored["categories"] == pytest.approx(got["categories"], abs=1e-4)
+    lower = [stored[s][g] - got[s][g] for s in ("scale", "clutter") for g in stored[s]]
+    assert max(lower) < 1e-4
+    if case == "test_taxonomy":  # k = 10: some positive is lifted into the top 10
+        assert min(lower) < -0.5
+
+
+def test_real_text_benchmark_map_and_oracle(tmp_path):
+    z = np.load(DATA)
+    folder = tmp_path / "features"
+    qids, pids, dids = (list(map(str, z[f"{s}_ids"])) for s in ("query", "positive", "distractor"))
+    features.write_features(folder / features.IMAGE_QUERIES, z["query_features"], qids)
+    features.write_features(folder / features.POSITIVES, z["positive_features"], pids)
+    features.write_features(folder / features.distractor_name(0), z["distractor_features"], dids)
+    k = 100
+    ilias.run(config(folder, k, backend="host"), str(tmp_path / "work"))
+    got = json.loads((tmp_path / "work" / "prediction.json").read_text())["report"]
+    q = z["query_features"].astype(np.float64)
+    db = np.concatenate([z["positive_features"], z["distractor_features"]]).astype(np.float64)
+    sims = q @ db.T  # exact: float16 products summed in float64
+    want = official_report(qids, full_lists(pids + dids, sims), pids, None, None, k)
+    assert_reports_equal(got, want)
+    assert 5.0 < got["map"] < 95.0 and got["oracle"] > got["map"]
+    assert all(got[s] == {} for s in ilias_report.GROUPED)
+    assert len(got["notes"]) == 2 and "positive_ids.txt" in got["notes"][0]
+    assert "taxonomy" in got["notes"][1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,3 +522,10 @@ def test_ilias_taxonomy_is_the_default_for_ilias_instances(tmp_path):
     licence = os.path.join(os.path.dirname(ilias_folder.ILIAS_TAXONOMY), "ilias_taxonomy.LICENSE")
     with open(licence) as f:
         assert f.readline().strip() == "MIT License"
+
+
+def test_config_names_a_missing_taxonomy_or_positive_info(tmp_path):
+    for flag in ("taxonomy", "positive_info"):
+        c = config(tmp_path, 10, **{flag: str(tmp_path / "nope")})
+        with pytest.raises(errors.MissingInput, match=rf"^--config.{flag}=.*nope: no such file"):
+            ilias.run(c, str(tmp_path / "w"))

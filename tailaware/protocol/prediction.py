@@ -35,7 +35,7 @@ from tailaware.core.results import (
     Prediction,
 )
 from tailaware.io.scores import SampledScores, load_scores
-from tailaware.protocol import baselines, budget, diagnostics, intervals, nested
+from tailaware.protocol import baselines, budget, diagnostics, ilias_report, intervals, nested
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
@@ -274,9 +274,12 @@ def _homogeneous(scores: SampledScores, n_target: int, k: int) -> float:
     return float(evaluate.per_query_ap(h, n_target, k, scores.fixed_counts, scores).mean())
 
 
-def exact(scores: SampledScores, k: int, n_target: int) -> Prediction:
+def exact(
+    scores: SampledScores, k: int, n_target: int, report: ilias_report.ReportSpec | None = None
+) -> Prediction:
     """Returns the `Prediction` of an exact evaluation (every distractor scored): the official
-    mAP@k of the gallery, from its counts."""
+    mAP@k of the gallery, from its counts, with the official ILIAS report of `report`'s groups
+    when given (`ilias_report.exact_report`)."""
     mask = scores.mask
     counts = np.where(mask, scores.pos_counts + scores.fixed_counts, -1)
     aps = metrics.ap_at_k_from_counts(counts, mask, k)
@@ -289,6 +292,7 @@ def exact(scores: SampledScores, k: int, n_target: int) -> Prediction:
         per_query_ap=np.asarray(aps, np.float64),
         baselines={},
         query_ids=scores.query_ids,
+        report=None if report is None else ilias_report.exact_report(report, counts, mask, k),
     )
 
 
