@@ -6,8 +6,9 @@ Command:
 Writes W/sampled_scores.npz, W/prediction.json, its curve and the hardness artifact
 W/hardness.npz (`n_target` defaults to the number of distractors in DIR). With
 --config.sample_fraction=1.0 the evaluation is exact: prediction.json has "estimator": "exact"
-and `map` is the official mAP@k, and W/ranked_top1000.pkl holds the ranked lists in the
-official pickle layout. --config.queries=text scores the text queries.
+and `map` is the official mAP@k, `report` the official ILIAS report (scale and clutter from
+positive_ids.txt, categories from ILIAS's taxonomy), and W/ranked_top1000.pkl holds the ranked
+lists in the official pickle layout. --config.queries=text scores the text queries.
 Runtime: dominated by the matmul, Q x D x (scored distractors) x 2 flops (docs/ilias.md).
 """
 
@@ -28,5 +29,9 @@ def get_config(arg=None):
     c.expected_shards = 0  # fail unless exactly this many shards (0: what the folder holds)
     c.checkpoint_every_s = 60.0  # write the per-process partial at most this often
     c.distributed = False  # call jax.distributed.initialize() (multi-host)
+    # The exact report's inputs: CSV id,scale,clutter ("": positive_ids.txt in `features`, else
+    # in features/image_ids/) and a taxonomy JSON ("": ILIAS's, for ILIAS's instances).
+    c.positive_info = ""
+    c.taxonomy = ""
     c.metadata = ""  # JSON object kept in the hardness artifact, e.g. '{"model": "dinov2_b14"}'
     return c

@@ -19,6 +19,7 @@ from tailaware.io.errors import InputError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+ILIAS_TAXONOMY = ("ilias_taxonomy.json", "ilias_taxonomy.LICENSE")
 CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
 
 
@@ -133,6 +134,9 @@ def test_wheel_ships_configs_inside_tailaware_its_licence_and_command(wheel):
         top_level = z.read(f"{info}/top_level.txt").decode().split()
         licence = z.read(f"{info}/licenses/LICENSE")
         scripts = z.read(f"{info}/entry_points.txt").decode()
+        shipped = {
+            n: z.read(f"tailaware/io/{n}") for n in ILIAS_TAXONOMY if f"tailaware/io/{n}" in names
+        }
     assert top_level == ["tailaware"]
     assert "[console_scripts]\ntailaware = tailaware.jobs.launch:main" in scripts
     assert not [n for n in names if not n.startswith(("tailaware/", f"{info}/"))], names
@@ -141,3 +145,5 @@ def test_wheel_ships_configs_inside_tailaware_its_licence_and_command(wheel):
     ]
     assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
     assert licence == (ROOT / "LICENSE").read_bytes()
+    # ILIAS's taxonomy, the ILIAS report's default, with its MIT licence beside it.
+    assert shipped == {n: (ROOT / "tailaware" / "io" / n).read_bytes() for n in ILIAS_TAXONOMY}

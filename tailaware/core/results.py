@@ -6,6 +6,8 @@
 - `Prediction` (with its `Interval` of `Bounds`, `Curve`, `OtherMetrics` and `Diagnostics` of
   `Budget` and `Drift`): a predicted mAP@k, from `tailaware.protocol` to the jobs, which write
   it as prediction.json (`tailaware.protocol.schema`).
+- `Report` (of `ReportValue`s): the official ILIAS report of a prediction or an exact
+  evaluation (`tailaware.protocol.ilias_report`), in percent.
 - `Comparison`: two systems compared on the same queries.
 
 Shapes: Q queries, P positive slots (padded; `mask`), A atoms of a hardness posterior, F
@@ -265,6 +267,44 @@ class Diagnostics(NamedTuple):
     tail_counts: tuple[float, float, float] | None = None
 
 
+class ReportValue(NamedTuple):
+    """One value of the ILIAS report.
+
+    Attributes:
+      section: "map", "oracle", "scale", "clutter", "categories" or "subcategories".
+      key: the value's key in its section: a group ("0-18"), a category, a label
+        ("category-subcategory"); "" for map and oracle.
+      value: percent.
+      num_queries: the queries it averages (those whose instance has a positive in the group).
+      num_instances: their instances.
+      ci90: its 90% interval in percent, or None (an exact evaluation).
+    """
+
+    section: str
+    key: str
+    value: float
+    num_queries: int
+    num_instances: int
+    ci90: tuple[float, float] | None = None
+
+
+class Report(NamedTuple):
+    """The official ILIAS report (`evaluate(..., report=True)`), in percent.
+
+    Attributes:
+      values: map and oracle, then the scale, clutter, category and subcategory values, each
+        section in its groups' order.
+      query_ids: [Q] the queries (the official `queries`).
+      aps: [Q] each query's AP@k in percent (the official `aps`).
+      notes: what was skipped and why, one line each.
+    """
+
+    values: tuple[ReportValue, ...]
+    query_ids: tuple[str, ...]
+    aps: np.ndarray
+    notes: tuple[str, ...] = ()
+
+
 class Prediction(NamedTuple):
     """A predicted (or exactly measured) mAP@k at gallery size N: what prediction.json holds.
 
@@ -287,6 +327,7 @@ class Prediction(NamedTuple):
       queries: which query set an ILIAS job scored ("image" or "text"), or None.
       metrics: label -> `MetricPrediction` of every configured metric, mAP@k first (whose
         fields repeat the ones above); empty for predictions made before there were several.
+      report: the official ILIAS report (an ILIAS job's exact evaluation), or None.
     """
 
     map: float
@@ -305,6 +346,7 @@ class Prediction(NamedTuple):
     artifact: tuple[str, dict] | None = None
     queries: str | None = None
     metrics: dict = {}
+    report: Report | None = None
 
 
 class Comparison(NamedTuple):

@@ -7,6 +7,12 @@ per line) for any of these names. Ground truth: a query's positives are the posi
 has the same instance prefix `id.split("/")[0]`; the other instances' positives are always in
 the database and counted as non-relevant.
 
+The official report's inputs (`tailaware.protocol.ilias_report`): `positive_ids.txt`, CSV
+`id,scale,clutter` (`read_positive_info`, found by `find_positive_info`), and a taxonomy JSON
+(`read_taxonomy`); ILIAS's own (`ILIAS_TAXONOMY`, MIT, from the ILIAS repository's
+`misc/taxonomy.json`, licence beside it) is the default for ILIAS's instances
+(`report_taxonomy`).
+
 Every reader checks what it reads and names the file, the field and what was expected.
 
 Shapes: Q queries, T positives in the database, P positive slots per query (padded), D dims.
@@ -15,6 +21,8 @@ Shapes: Q queries, T positives in the database, P positive slots per query (padd
 import dataclasses
 import glob
 import hashlib
+import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -239,6 +247,13 @@ def ground_truth(query_ids, positive_ids) -> tuple[np.ndarray, np.ndarray]:
     return slots.astype(np.int64), relevant
 
 
+def slot_positive_ids(slots, positive_ids) -> np.ndarray:
+    """Returns [Q, P] str: the id of the positive in each of `ground_truth`'s slots, "" at
+    padding."""
+    ids = np.asarray(list(map(str, positive_ids)) + [""])
+    return ids[np.where(slots >= 0, slots, len(ids) - 1)]
+
+
 def check_distinct(query_ids, positive_ids) -> None:
     """Raises an `InputError` naming an id that is both a query and a positive."""
     overlap = set(map(str, query_ids)) & set(map(str, positive_ids))
@@ -254,3 +269,141 @@ def fingerprint(queries: Split, positives: Split) -> str:
         h.update(np.ascontiguousarray(split.features).tobytes())
         h.update("\n".join(map(str, split.ids)).encode())
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The official report's inputs: scale and clutter per positive, the instances' taxonomy.
+
+POSITIVE_INFO = "positive_ids.txt"
+ILIAS_TAXONOMY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ilias_taxonomy.json")
+
+
+def find_positive_info(folder: str) -> str | None:
+    """Returns the path of `positive_ids.txt` in `folder`, else in `folder/image_ids/` (where the
+    ILIAS download keeps it), or None."""
+    for path in (
+        os.path.join(folder, POSITIVE_INFO),
+        os.path.join(folder, "image_ids", POSITIVE_INFO),
+    ):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def read_positive_info(path: str | os.PathLike) -> dict[str, tuple[float, int]]:
+    """Reads ILIAS's `positive_ids.txt`: id -> (scale, clutter).
+
+    The file is CSV `id,scale,clutter` (the official one has no header; a first line whose first
+    field is `id` is skipped), scale a finite float >= 0, clutter an integer >= 0. A file of ids
+    alone (one field per line) is accepted and gives {} (no scale or clutter groups).
+
+    Raises:
+      MissingInput: no such file.
+      InputError: naming the file, the line and the field (a field count other than the first
+        line's, a scale or clutter that is not a number >= 0, an empty or repeated id).
+    """
+    path = errors.require_file(path, "positive_ids.txt, CSV id,scale,clutter")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [(n, line.strip()) for n, line in enumerate(f, start=1) if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.InputError(f"{path}: unreadable ({e}); expected CSV id,scale,clutter") from e
+    if lines and lines[0][1].split(",")[0].strip() == "id":
+        lines = lines[1:]
+    if not lines:
+        raise errors.InputError(f"{path}: no ids; expected CSV id,scale,clutter")
+    width = len(lines[0][1].split(","))
+    if width not in (1, 3):
+        raise errors.InputError(
+            f"{path}: line {lines[0][0]}: {width} fields; expected id,scale,clutter or an id"
+        )
+    info, first = {}, {}
+    for n, line in lines:
+        fields = [v.strip() for v in line.split(",")]
+        where = f"{path}: line {n}"
+        if len(fields) != width:
+            raise errors.InputError(
+                f"{where}: {len(fields)} fields; expected {width} as on line {lines[0][0]}"
+            )
+        pid = fields[0]
+        if not pid:
+            raise errors.field_error(where, "id", "empty; expected an id")
+        if pid in first:
+            raise errors.field_error(where, "id", f"{pid!r} repeats line {first[pid]}")
+        first[pid] = n
+        if width == 3:
+            info[pid] = (_scale(where, fields[1]), _clutter(where, fields[2]))
+    return info
+
+
+def _scale(where: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise errors.field_error(where, "scale", f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _clutter(where: str, text: str) -> int:
+    try:
+        value = int(text)  # as the official code reads it: "3.0" is not a clutter
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.field_error(where, "clutter", f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def read_taxonomy(path: str | os.PathLike) -> dict[str, tuple[str, str]]:
+    """Reads a taxonomy JSON: instance -> (category, label), in file order.
+
+    The file maps category -> subcategory -> sub-subcategory -> [instance names] (ILIAS's
+    `misc/taxonomy.json`). An instance's label is "category-subcategory" and its category is
+    `label.split("-")[0]`, as the official report builds them (so a category name holding "-"
+    is cut at it, as there).
+
+    Raises:
+      MissingInput: no such file.
+      InputError: naming the file and the field (the dotted path of keys) that is not of that
+        shape, or an instance listed twice.
+    """
+    path = errors.require_file(path, "a taxonomy JSON (category -> subcategory -> ... -> names)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise errors.InputError(f"{path}: not a JSON file ({e})") from e
+    out, where = {}, {}
+    for c, subs in _children(path, "", tree, "category -> subcategory -> ..."):
+        for sc, subsubs in _children(path, c, subs, "subcategory -> sub-subcategory -> ..."):
+            for ssc, names in _children(path, f"{c}.{sc}", subsubs, "sub-subcategory -> [...]"):
+                field = f"{c}.{sc}.{ssc}"
+                if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+                    raise errors.field_error(path, field, "expected a list of instance names")
+                label = f"{c}-{sc}"
+                for name in names:
+                    if name in out:
+                        raise errors.field_error(
+                            path, field, f"instance {name!r} is also under {where[name]}"
+                        )
+                    out[name], where[name] = (label.split("-")[0], label), field
+    if not out:
+        raise errors.InputError(f"{path}: no instances; expected category -> ... -> [names]")
+    return out
+
+
+def _children(path: str, field: str, node, expected: str):
+    if not isinstance(node, dict):
+        raise errors.field_error(path, field or "(top level)", f"expected an object: {expected}")
+    return node.items()
+
+
+def report_taxonomy(instances, path: str = "") -> dict[str, tuple[str, str]] | None:
+    """Returns the taxonomy of `path`, or without one ILIAS's (`ILIAS_TAXONOMY`) when every
+    instance of `instances` is in it, else None (the report then skips categories)."""
+    if path:
+        return read_taxonomy(path)
+    taxonomy = read_taxonomy(ILIAS_TAXONOMY)
+    return taxonomy if set(map(str, instances)) <= set(taxonomy) else None

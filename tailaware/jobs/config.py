@@ -165,6 +165,12 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     check(config, "expected_shards", at_least(0), "a number of shards >= 0 (0: any)")
     check(config, "checkpoint_every_s", at_least(0.0), "seconds >= 0")
     check(config, "seed", at_least(0), "a seed >= 0")
+    for flag, what in (
+        ("positive_info", "positive_ids.txt, CSV id,scale,clutter"),
+        ("taxonomy", "a taxonomy JSON: category -> subcategory -> sub-subcategory -> [names]"),
+    ):
+        if config.get(flag, ""):
+            existing_file(flag, config.get(flag), what)
     settings = predict_settings(config)
     metadata(config)
     return settings

@@ -3,8 +3,9 @@
 `python launch.py --config=configs/ilias.py --config.features=DIR --config.sample_fraction=F
 --workdir=W` writes `W/sampled_scores.npz` and `W/prediction.json` (with its curve and the
 hardness artifact); with F = 1 the evaluation is exact (`"estimator": "exact"`, the official
-mAP@k) and `W/ranked_top{k}.pkl` holds the ranked lists in the official pickle layout. The
-folder's layout: `tailaware.io.ilias_folder`; the search: `tailaware.search.scoring`. See
+mAP@k, and `report`, the official ILIAS report of `report_spec`'s groups) and
+`W/ranked_top{k}.pkl` holds the ranked lists in the official pickle layout. The folder's
+layout: `tailaware.io.ilias_folder`; the search: `tailaware.search.scoring`. See
 `configs/ilias.py`.
 """
 
@@ -20,7 +21,7 @@ from tailaware.core.results import Prediction
 from tailaware.io import atomic, features, ilias_folder
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import config as config_lib
-from tailaware.protocol import prediction, report
+from tailaware.protocol import ilias_report, prediction, report
 from tailaware.search import exact, scoring
 
 
@@ -93,9 +94,10 @@ def run(config, workdir: str) -> Prediction | None:
     if config.sample_fraction == 1.0:
         if n_target != n_distractors:
             logging.warning("exact mode evaluates the %d distractors present", n_distractors)
-        result = prediction.exact(scores, settings.k, n_distractors)._replace(
-            queries=config.queries
-        )
+        spec = report_spec(config, queries.ids, positives.ids, slots)
+        result = prediction.exact(
+            scores, settings.k, n_distractors, settings.metric_list(), report=spec
+        )._replace(queries=config.queries)
         lists = exact.ranked_lists(state, all_scores, relevant, positives.ids, shards, k=settings.k)
         lists["query_ids"] = [str(i) for i in queries.ids]
         _write_pickle(os.path.join(workdir, f"ranked_top{settings.k}.pkl"), lists)
@@ -109,6 +111,19 @@ def run(config, workdir: str) -> Prediction | None:
         result = report.report(scores, settings, n_target, workdir, provenance, config.queries)
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result
+
+
+def report_spec(config, query_ids, positive_ids, slots) -> ilias_report.ReportSpec:
+    """Returns the official report's groups of these queries: scale and clutter from
+    `config.positive_info`, else the folder's `positive_ids.txt`
+    (`ilias_folder.find_positive_info`), categories from `config.taxonomy`, else ILIAS's for
+    ILIAS's instances (`ilias_folder.report_taxonomy`)."""
+    path = config.get("positive_info", "") or ilias_folder.find_positive_info(config.features)
+    info = ilias_folder.read_positive_info(path) if path else None
+    instances = ilias_folder.instance_of(query_ids)
+    taxonomy = ilias_folder.report_taxonomy(instances, config.get("taxonomy", ""))
+    slot_ids = ilias_folder.slot_positive_ids(slots, positive_ids)
+    return ilias_report.build_spec(query_ids, slot_ids, info, taxonomy)
 
 
 def _write_pickle(path: str, obj: dict) -> None:

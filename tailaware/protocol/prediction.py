@@ -37,7 +37,7 @@ from tailaware.core.results import (
     Prediction,
 )
 from tailaware.io.scores import SampledScores, load_scores
-from tailaware.protocol import baselines, budget, diagnostics, intervals, nested
+from tailaware.protocol import baselines, budget, diagnostics, ilias_report, intervals, nested
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators, functional
 from tailaware.tail.settings import TailSettings
@@ -360,10 +360,15 @@ def predict(
 
 
 def exact(
-    scores: SampledScores, k: int, n_target: int, metric_list=(metrics.METRICS["map"],)
+    scores: SampledScores,
+    k: int,
+    n_target: int,
+    metric_list=(metrics.METRICS["map"],),
+    report: ilias_report.ReportSpec | None = None,
 ) -> Prediction:
     """Returns the `Prediction` of an exact evaluation (every distractor scored): the official
-    metrics@k of the gallery, from its counts (mAP@k first)."""
+    metrics@k of the gallery, from its counts (mAP@k first), with the official ILIAS report of
+    `report`'s groups when given (`ilias_report.exact_report`)."""
     mask = scores.mask
     counts = np.where(mask, scores.pos_counts + scores.fixed_counts, -1)
     out = {}
@@ -381,6 +386,7 @@ def exact(
         baselines={},
         query_ids=scores.query_ids,
         metrics=out,
+        report=None if report is None else ilias_report.exact_report(report, counts, mask, k),
     )
 
 

@@ -17,8 +17,10 @@ from tailaware.core.results import (
     Interval,
     MetricPrediction,
     Prediction,
+    Report,
 )
 from tailaware.io.errors import InputError, field_error
+from tailaware.protocol import ilias_report
 
 _OTHER_METRICS_NOTE = (
     "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
@@ -161,6 +163,27 @@ def prediction_json(p: Prediction) -> dict:
         out["artifact"] = {"path": p.artifact[0], "metadata": p.artifact[1]}
     if p.queries is not None:
         out["queries"] = p.queries
+    if p.report is not None:
+        out["report"] = report_json(p.report)
+    return out
+
+
+def report_json(r: Report) -> dict:
+    """Returns prediction.json's `report`: the official ILIAS report's keys and units (percent).
+
+    `map`, `oracle` and, per group, `scale`, `clutter`, `categories`, `subcategories` (an
+    empty object where `notes` says why it was skipped); `num_queries` and `num_instances` in the
+    same layout (what each value averages); `ci90` likewise when the values have intervals;
+    `queries` and `aps` (each query's AP@k) as the official report has them.
+    """
+    out = {"units": "percent", **_report_layout(r, lambda v: float(v.value))}
+    out["num_queries"] = _report_layout(r, lambda v: int(v.num_queries))
+    out["num_instances"] = _report_layout(r, lambda v: int(v.num_instances))
+    if any(v.ci90 is not None for v in r.values):
+        out["ci90"] = _report_layout(r, lambda v: None if v.ci90 is None else _pair(v.ci90))
+    out["queries"] = [str(q) for q in r.query_ids]
+    out["aps"] = [float(a) for a in r.aps]
+    out["notes"] = list(r.notes)
     return out
 
 
@@ -283,6 +306,14 @@ def _paired_json(c: Comparison) -> dict:
     }
 
 
+def _report_layout(r: Report, field) -> dict:
+    """{"map": field(map value), "oracle": ..., "scale": {key: field(value)}, ...}."""
+    out = {v.section: field(v) for v in r.values if v.section not in ilias_report.GROUPED}
+    for section in ilias_report.GROUPED:
+        out[section] = {v.key: field(v) for v in r.values if v.section == section}
+    return out
+
+
 def format_table(p: Prediction) -> str:
     """Returns a plain-text table of a prediction and its baselines (warnings first)."""
     k, n = p.k, p.n_target
@@ -309,4 +340,19 @@ def format_table(p: Prediction) -> str:
             else "   90% CI [{:.4f}, {:.4f}]".format(*m.interval.ci90.reported)
         )
         lines.append(f"  {m.label:<22}{m.value:>10.4f}{ci}")
+    if p.report is not None:
+        lines += report_lines(p.report, k)
     return "\n".join(lines)
+
+
+def report_lines(r: Report, k: int) -> list[str]:
+    """Returns the printed lines of the ILIAS report: one per value, then its notes."""
+    label = lambda v: f"{v.section} {v.key}" if v.key else v.section
+    width = max(22, *(len(label(v)) + 2 for v in r.values))
+    lines = [f"ILIAS report at k = {k}, percent (and the number of queries averaged)"]
+    for v in r.values:
+        line = f"  {label(v):<{width}}{v.value:>8.2f}  ({v.num_queries})"
+        if v.ci90 is not None:
+            line += f"   90% CI [{v.ci90[0]:.2f}, {v.ci90[1]:.2f}]"
+        lines.append(line)
+    return lines + [f"  note: {n}" for n in r.notes]
