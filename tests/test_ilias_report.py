@@ -13,8 +13,10 @@ import pytest
 
 from tailaware.configs import ilias as ilias_config
 from tailaware.io import errors, features, ilias_folder
+from tailaware.io import scores as scores_lib
 from tailaware.jobs import ilias
-from tailaware.protocol import ilias_report, schema
+from tailaware.protocol import ilias_report, prediction, schema
+from tailaware.protocol.settings import PredictSettings, ProtocolSettings
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "text_small.npz")
 DIM, SHARDS, ROWS = 16, 2, 300
@@ -529,3 +531,36 @@ def test_config_names_a_missing_taxonomy_or_positive_info(tmp_path):
         c = config(tmp_path, 10, **{flag: str(tmp_path / "nope")})
         with pytest.raises(errors.MissingInput, match=rf"^--config.{flag}=.*nope: no such file"):
             ilias.run(c, str(tmp_path / "w"))
+
+
+def test_predicted_report_at_the_sample_is_the_exact_report(tmp_path):
+    # At N = S, conditioned on a full sample's own counts, the law's prediction of every report
+    # value is the gallery's realized one (count estimator: x = K / S); the sampled ilias job
+    # predicts the report with an interval around every value.
+    folder = tmp_path / "features"
+    folder.mkdir()
+    names, k = [f"ins{i}" for i in range(len(QUERIES))], 10
+    make_folder(str(folder), names)
+    c = config(folder, k, taxonomy=taxonomy_file(tmp_path))
+    exact = ilias.run(c, str(tmp_path / "exact"))
+    scores = scores_lib.load_scores(tmp_path / "exact" / "sampled_scores.npz")
+    queries = ilias_folder.read_split(str(folder), ilias_folder.QUERY_FILES["image"])
+    positives = ilias_folder.read_split(str(folder), features.POSITIVES)
+    slots, _ = ilias_folder.ground_truth(queries.ids, positives.ids)
+    spec = ilias.report_spec(c, queries.ids, positives.ids, slots)
+    fast = ProtocolSettings(query_replicates=200, nested_replicates=3, curve_points=3)
+    settings = PredictSettings(estimator="count", k=k, protocol=fast)
+    got = prediction.predict(scores, settings, scores.n_sample, report=spec).report
+    for want, value in zip(exact.report.values, got.values, strict=True):
+        assert (value.section, value.key) == (want.section, want.key)
+        assert value.value == pytest.approx(want.value, abs=1e-3)  # percent, float32 law
+        assert value.ci90[0] <= value.value + 1e-9 and value.value <= value.ci90[1] + 1e-9
+    np.testing.assert_allclose(got.aps, exact.report.aps, atol=1e-3)
+
+    c.sample_fraction, c.protocol.nested_replicates, c.protocol.query_replicates = 0.5, 3, 200
+    sampled = ilias.run(c, str(tmp_path / "sampled"))
+    report = json.loads((tmp_path / "sampled" / "prediction.json").read_text())["report"]
+    assert report["map"] == pytest.approx(100 * sampled.map, abs=1e-6)
+    assert report["oracle"] == pytest.approx(100 * sampled.metrics[f"recall@{k}"].value, abs=1e-6)
+    assert set(report["ci90"]["scale"]) == set(report["scale"])
+    assert any(line.startswith("FEW QUERIES") for line in sampled.diagnostics.summary)

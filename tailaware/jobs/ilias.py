@@ -108,7 +108,10 @@ def run(config, workdir: str) -> Prediction | None:
             "queries": config.queries,
             **config_lib.metadata(config),
         }
-        result = report.report(scores, settings, n_target, workdir, provenance, config.queries)
+        spec = report_spec(config, queries.ids, positives.ids, slots)
+        result = report.report(
+            scores, settings, n_target, workdir, provenance, config.queries, spec
+        )
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result
 

@@ -204,14 +204,16 @@ def item_intervals(
     w = np.full_like(v, 1.0 / v.shape[1]) if weights is None else np.asarray(weights, np.float64)
     points = np.sum(w * v, axis=1)
     drawn = resample_weights(v.shape[1], int(query_replicates), int(seed)).astype(np.float64)
-    query_reps = ((w * v) @ drawn.T) / (w @ drawn.T)  # [I, B]
+    den = w @ drawn.T  # [I, B]; 0 where a draw holds none of an item's queries (then NaN)
+    query_reps = np.where(den > 0, ((w * v) @ drawn.T) / np.where(den > 0, den, 1.0), np.nan)
     dev, dev_prior = deviation(reruns, points), deviation(priors, points)
     listed = lambda a, i: None if a is None else tuple(float(x) for x in a[:, i])
     out = []
     for i, point in enumerate(points):
         nest = None if nested is None else (nested[0][i], nested[1][i])
         sd = None if sd_distractor is None or np.isnan(sd_distractor[i]) else sd_distractor[i]
-        unc = intervals(float(point), query_reps[i], settings, nest, dev[i], sd, dev_prior[i])
+        reps = query_reps[i][np.isfinite(query_reps[i])]  # a draw without the item's queries
+        unc = intervals(float(point), reps, settings, nest, dev[i], sd, dev_prior[i])
         out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
     return out
 

@@ -16,6 +16,7 @@ sizes.
 
 import dataclasses
 import functools
+from concurrent import futures
 from typing import NamedTuple
 
 import jax
@@ -149,21 +150,12 @@ def resample(key, tail, pos, counts, mask):
 
 @functools.partial(
     jax.jit,
-    static_argnames=(
-        "k",
-        "traced",
-        "settings",
-        "metric_list",
-        "gains",
-        "num_replicates",
-        "batch_size",
-    ),
+    static_argnames=("k", "traced", "settings", "metric_list", "gains", "batch_size", "num_atoms"),
 )
 def _nested(
-    key,
+    keys,
     c: functional.Core,
     sizes,
-    keep,
     items,
     *,
     tables,
@@ -173,8 +165,8 @@ def _nested(
     settings,
     metric_list,
     gains,
-    num_replicates,
     batch_size,
+    num_atoms,
 ):
     q = c.tail.shape[0]
 
@@ -182,9 +174,10 @@ def _nested(
         k_q, k_d = jax.random.split(key)
         tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
-        atoms = jnp.take_along_axis(atoms, keep[:, None, :], axis=2)
-        w = jnp.take_along_axis(w, keep, axis=1)
-        w = w / jnp.sum(w, axis=1, keepdims=True)
+        if num_atoms < w.shape[1]:  # each query's heaviest atoms of this replicate
+            w, keep = jax.lax.top_k(w, num_atoms)
+            atoms = jnp.take_along_axis(atoms, keep[:, None, :], axis=2)
+            w = w / jnp.sum(w, axis=1, keepdims=True)
         values, in_views = evaluate.traced_values(
             atoms,
             w[None],
@@ -206,14 +199,13 @@ def _nested(
         if items is None:
             return out
         per_item = in_views[0][items.view_index, items.metric_index]  # [I, Q]
-        w_i = items.weights * drawn
+        w_i = items.weights * drawn[None, :]
         return (
             *out,
             jnp.sum(per_item * items.weights, -1),
             jnp.sum(per_item * w_i, -1) / jnp.sum(w_i, -1),
         )
 
-    keys = jax.random.split(key, num_replicates)
     return jax.lax.map(one, keys, batch_size=batch_size)
 
 
@@ -227,10 +219,11 @@ def nested_bootstrap(
     *,
     seed: int = 0,
     metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
-    keep: np.ndarray | None = None,
+    num_atoms: int | None = None,
     items: Items | None = None,
     batch_size: int = 1,
     max_share: float = buckets.MAX_SHARE,
+    threads: int = 2,
 ) -> Nested:
     """Returns nested-bootstrap replicates of every metric@k at each gallery size.
 
@@ -247,28 +240,31 @@ def nested_bootstrap(
       num_replicates: B.
       seed: PRNG seed.
       metric_list: the metrics.
-      keep: [Q, A'] the atoms each replicate keeps (`evaluate.kept_atoms` of the estimate's
-        weights), its weights renormalised over them; None keeps them all.
+      num_atoms: each replicate keeps each query's this many heaviest atoms, its weights
+        renormalised over them; None keeps them all.
       items: `Items` the replicates also report, or None.
       batch_size: replicates vmapped together (memory ~ batch_size * G * Q * P * atoms floats).
         One at a time is the fastest as well as the leanest on 2 cores (benchmarks/README.md,
         "protocol.py"); results do not depend on it.
       max_share: queries are evaluated in groups of their own positive width (`buckets.groups`;
         0: never); results do not depend on it.
+      threads: the replicates run in this many equal parts at once (each replicate depends on
+        its own key alone, so the results do not depend on it): XLA runs the program on one
+        core, and the parts fill the others.
     """
     c = functional.core(scores, settings)
     est = estimators.get(estimator)
-    if keep is None:
-        shapes = jax.eval_shape(lambda core: est.traced(core, settings), c)
-        keep = np.broadcast_to(np.arange(shapes[1].shape[1]), shapes[1].shape)
     metric_list = tuple(metric_list)
     gains = tuple(dict.fromkeys(m.gain for m in metric_list))
-    got = _nested(
-        jax.random.key(seed),
-        c,
-        jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        jnp.asarray(keep, jnp.int32),
-        None if items is None else jax.tree.map(jnp.asarray, items),
+    keys = jax.random.split(jax.random.key(seed), int(num_replicates))
+    parts = max(1, min(int(threads), int(num_replicates)))
+    while num_replicates % parts:  # equal parts share one compiled program
+        parts -= 1
+    run = functools.partial(
+        _nested,
+        c=c,
+        sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
+        items=None if items is None else jax.tree.map(jnp.asarray, items),
         tables=law.rank_tables(int(k), gains),
         grouping=buckets.groups(c.mask, max_share),
         k=int(k),
@@ -276,8 +272,13 @@ def nested_bootstrap(
         settings=settings,
         metric_list=metric_list,
         gains=gains,
-        num_replicates=int(num_replicates),
-        batch_size=int(min(batch_size, num_replicates)),
+        batch_size=int(min(batch_size, num_replicates // parts)),
+        num_atoms=int(num_atoms or 1 << 30),
     )
+    with futures.ThreadPoolExecutor(parts) as pool:
+        size = int(num_replicates) // parts
+        chunks = [keys[i * size : (i + 1) * size] for i in range(parts)]
+        done = list(pool.map(lambda part: jax.device_get(run(part)), chunks))
+    got = [np.concatenate(part) for part in zip(*done, strict=True)]
     got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in jax.device_get(got)]
     return Nested(np.asarray(sizes, np.float64), *got)

@@ -35,6 +35,8 @@ from tailaware.core.results import (
     MetricPrediction,
     OtherMetrics,
     Prediction,
+    Report,
+    ReportValue,
 )
 from tailaware.io.scores import SampledScores, load_scores
 from tailaware.protocol import baselines, budget, diagnostics, ilias_report, intervals, nested
@@ -156,14 +158,29 @@ def subsample_predictions(subsamples, settings: PredictSettings, sizes) -> np.nd
 def budget_check(scores: SampledScores, settings: PredictSettings, n_target: int, noise: float):
     """Returns the sufficient-budget `Budget` and the curve-fit baselines {model: mAP@k at N},
     both from nested sub-samples of `scores` ({} when it is too small to halve)."""
+    return budget_verdict(budget_predictions(scores, settings, n_target), noise)
+
+
+def budget_predictions(scores: SampledScores, settings: PredictSettings, n_target: int):
+    """Returns what the budget check needs before the query noise is known: (sub-sample sizes,
+    the estimator's mAP@k at N from each, the curve-fit baselines), or (levels, S, why) when the
+    sample is too small to halve."""
     levels, seed = settings.protocol.budget_levels, settings.protocol.seed
     try:
         subs = budget.nested_subsamples(scores, int(levels), int(seed))
     except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
-        return budget.not_checked(int(levels), scores.n_sample, str(e)), {}
+        return int(levels), scores.n_sample, str(e)
     preds = subsample_predictions(subs, settings, [float(n_target)])[:, 0]
-    verdict = budget.verdict([s.n_sample for s in subs], preds, noise)
-    return verdict, baselines.extrapolate(subs, settings.k, n_target)
+    sizes = [s.n_sample for s in subs]
+    return sizes, preds, baselines.extrapolate(subs, settings.k, n_target)
+
+
+def budget_verdict(got, noise: float):
+    """Returns the `Budget` and the curve-fit baselines of `budget_predictions`' result."""
+    if isinstance(got[2], str):
+        return budget.not_checked(*got), {}
+    sizes, preds, fits = got
+    return budget.verdict(sizes, preds, noise), fits
 
 
 def drift_check(settings: PredictSettings, n_target: int) -> Drift:
@@ -185,12 +202,17 @@ def drift_check(settings: PredictSettings, n_target: int) -> Drift:
     return budget.drift(np.stack(aps))
 
 
-# The nested bootstrap evaluates the target and these sizes (a decade apart over the curve's
-# range); the curve's distractor sd in between is interpolated in log N, as an artifact's is.
-NESTED_ANCHORS = 7
-# The atoms each nested replicate keeps (`evaluate.kept_atoms` of the estimate's weights): the
-# replicates' spread, not their values, is what the interval uses.
-NESTED_ATOM_TOLERANCE = 1e-4
+# The nested bootstrap evaluates the target and these sizes (log-spaced over the curve's range,
+# two decades apart); the curve's distractor sd in between is interpolated in log N, as an
+# artifact's is.
+NESTED_ANCHORS = 4
+# Each nested replicate keeps each query's heaviest atoms (its own posterior's): the replicates'
+# spread, not their values, is what the interval uses, and it moves by less than its own
+# sampling noise (benchmarks/README.md, "predict_speed.py").
+NESTED_ATOMS = 4
+# The threshold reruns' atoms are pruned to this tolerance (`evaluate.prune_atoms`): they enter
+# the interval only through their distance from the estimate.
+RERUN_ATOM_TOLERANCE = 1e-4
 
 
 class Rows(NamedTuple):
@@ -208,6 +230,7 @@ def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[l
     and homogeneous baselines."""
     main = evaluate.variant(hardness, priors=True)
     reruns = [evaluate.variant(r) for r in hardness.reruns]
+    reruns = [evaluate.Variant(*evaluate.prune_atoms(*r, RERUN_ATOM_TOLERANCE)[:2]) for r in reruns]
     base = []
     if scores is not None:
         base = [estimators.count(scores), estimators.homogeneous(scores)]
@@ -274,48 +297,81 @@ def predict(
     settings: PredictSettings,
     n_target: int,
     hardness: Hardness | None = None,
+    *,
+    report: ilias_report.ReportSpec | None = None,
 ) -> Prediction:
-    """Returns the `Prediction` of `settings.estimator` at gallery size `n_target`: every metric
-    of `settings.metrics` with its interval and curve.
+    """Returns the `Prediction` of `settings.estimator` at gallery size `n_target`
+    (`estimate_and_predict`, given the estimate or not)."""
+    return estimate_and_predict(scores, settings, n_target, hardness, report=report)[1]
+
+
+def estimate_and_predict(
+    scores: SampledScores,
+    settings: PredictSettings,
+    n_target: int,
+    hardness: Hardness | None = None,
+    *,
+    report: ilias_report.ReportSpec | None = None,
+) -> tuple[Hardness, Prediction]:
+    """Returns (the estimate, the `Prediction` of `settings.estimator` at gallery size
+    `n_target`): every metric of `settings.metrics` with its interval and curve.
 
     One pass (`evaluate.predicted_values`) evaluates every metric at the target and on the curve
     for the estimate, its other priors, its threshold reruns and the baselines; the nested
     bootstrap reruns the estimator at the target and at `NESTED_ANCHORS` curve sizes.
     `hardness` is the estimate to predict from (`estimate(scores, settings)` when None: the
-    configured estimator with its threshold reruns, which the interval needs).
+    configured estimator with its threshold reruns, which the interval needs); it is returned
+    with the prediction. With a `report` spec, the official ILIAS report is predicted too, every
+    value with its interval (`predicted_report`). The budget check and the nested bootstrap,
+    which need no estimate, run beside the rest.
     """
     if n_target < 1:
         raise ValueError(f"n_target must be a positive gallery size, got {n_target}")
     k, opts = settings.k, settings.protocol
-    if hardness is None:
-        hardness = estimate(scores, settings)
     metric_list = settings.metric_list()
-    fixed, mask = scores.fixed_counts, scores.mask
+    if report is not None:  # the report's metrics too (oracle is recall)
+        extra = (metrics.METRICS[m] for _, m in report.pairs())
+        metric_list = tuple(dict.fromkeys((*metric_list, *extra)))
     grid = np.geomspace(*CURVE_RANGE, int(opts.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    every, rows = variants(hardness, scores)
-    values, _ = evaluate.predicted_values(
-        every, mask, sizes, k, fixed, scores, metric_list=metric_list
-    )  # [W, G, M, Q]
+    # The budget check and the nested bootstrap need no estimate: they start at once, beside it
+    # (XLA's programs here keep about one core busy each).
+    pool = futures.ThreadPoolExecutor(2)
+    checks = pool.submit(budget_predictions, scores, settings, n_target)
     reps = None
     if int(opts.nested_replicates) > 0:
-        anchors = np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)
-        keep, _ = evaluate.kept_atoms(every[0].weights, NESTED_ATOM_TOLERANCE)
-        reps = nested.nested_bootstrap(
+        reps = pool.submit(
+            nested.nested_bootstrap,
             scores,
             settings.estimator,
             settings.tail,
             k,
-            np.concatenate([[float(n_target)], anchors]),
+            np.concatenate([[float(n_target)], np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)]),
             opts.nested_replicates,
             seed=opts.seed,
             metric_list=metric_list,
-            keep=keep,
+            num_atoms=NESTED_ATOMS,
+            items=None if report is None else _items(report, metric_list),
         )
+    if hardness is None:
+        hardness = estimate(scores, settings)
+    fixed, mask = scores.fixed_counts, scores.mask
+    every, rows = variants(hardness, scores)
+    views = None if report is None else report.views
+    values, in_views = evaluate.predicted_values(
+        every, mask, sizes, k, fixed, scores, metric_list=metric_list, views=views
+    )  # [W, G, M, Q], [W, V, M, Q]
+    reps = None if reps is None else reps.result()
     out = metric_predictions(values, rows, metric_list, settings, grid, reps=reps)
+    predicted = None
+    if report is not None:
+        predicted = predicted_report(report, in_views, rows, metric_list, settings, reps)
+    wanted = {m.label(k) for m in settings.metric_list()}
+    out = {label: m for label, m in out.items() if label in wanted}
     ap = out[metric_list[0].label(k)]
     unc = ap.interval
-    verdict, fits = budget_check(scores, settings, n_target, unc.sd_query)
+    verdict, fits = budget_verdict(checks.result(), unc.sd_query)
+    pool.shutdown()
     drift = drift_check(settings, n_target)
     checked = None
     if hardness.fit is not None:  # a tail-aware estimate: its tail against the counts
@@ -334,9 +390,11 @@ def predict(
         checked=checked,
         others=tuple(out.values())[1:],
     )
+    if predicted is not None:
+        summary = few_queries(predicted) + summary
     summary = diagnostics.reconciled(scores.reconciled) + summary
     shared = float(hardness.tail_priced[mask].mean())
-    return Prediction(
+    return hardness, Prediction(
         map=ap.value,
         estimator=settings.estimator,
         n_target=int(n_target),
@@ -356,6 +414,83 @@ def predict(
         other_metrics=other_metrics(hardness, fixed, n_target, k),
         diagnostics=Diagnostics(summary, verdict, drift, shared, raised, checked),
         metrics=out,
+        report=predicted,
+    )
+
+
+# A report value resting on fewer queries than this is named in the summary: its query
+# bootstrap's percentile interval is unreliable on so few (a textbook rule of thumb, not tuned).
+MIN_REPORT_QUERIES = 20
+
+
+def _items(spec: ilias_report.ReportSpec, metric_list) -> nested.Items:
+    """Returns the report's items as the nested bootstrap evaluates them."""
+    names = [m.name for m in metric_list]
+    return nested.Items(
+        views=spec.views,
+        view_index=np.asarray([it.view for it in spec.items], np.int32),
+        metric_index=np.asarray([names.index(it.metric) for it in spec.items], np.int32),
+        weights=spec.weights,
+    )
+
+
+def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictSettings, reps):
+    """Returns the predicted ILIAS `Report` (percent), every value with its 90% interval.
+
+    Args:
+      spec: the report's views and items (`ilias_report.build_spec`).
+      in_views: [W, V, M, Q] the pass's per-query values in the views at the target.
+      rows: where the pass's weightings are; metric_list: its M metrics.
+      settings: the prediction's; reps: its nested bootstrap (with the items) or None.
+    """
+    names = [m.name for m in metric_list]
+    per_row = lambda r: {(v, m): in_views[r, v, names.index(m)] for v, m in spec.pairs()}
+    item_values = lambda r: np.asarray(ilias_report.apply(spec, per_row(r)), np.float64)
+    stacked = lambda part: [item_values(r) for r in range(part.start, part.stop)] or None
+    model = {"reruns": stacked(rows.reruns), "priors": stacked(rows.priors)}
+    model = {name: None if v is None else np.stack(v) for name, v in model.items()}
+    per_query = np.stack([in_views[0, it.view, names.index(it.metric)] for it in spec.items])
+    opts = settings.protocol
+    nest = None if reps is None else (reps.items_distractor, reps.items_combined)
+    uncs = intervals.item_intervals(
+        per_query,
+        settings.intervals,
+        opts.query_replicates,
+        opts.seed,
+        weights=spec.weights,
+        nested=nest,
+        **model,
+    )
+    main = per_row(0)
+    return Report(
+        values=tuple(
+            ReportValue(
+                it.section,
+                it.key,
+                100.0 * float(point),
+                it.num_queries,
+                it.num_instances,
+                tuple(100.0 * b for b in unc.ci90.reported),
+            )
+            for it, point, unc in zip(spec.items, item_values(0), uncs, strict=True)
+        ),
+        query_ids=spec.query_ids,
+        aps=100.0 * np.asarray(main[(0, "map")], np.float64),
+        notes=spec.notes,
+    )
+
+
+def few_queries(report: Report) -> tuple[str, ...]:
+    """Returns a note naming the report's values that rest on fewer than `MIN_REPORT_QUERIES`
+    queries, else ()."""
+    few = [f"{v.section} {v.key}" for v in report.values if v.num_queries < MIN_REPORT_QUERIES]
+    if not few:
+        return ()
+    return (
+        f"FEW QUERIES: {len(few)} report value{'s' * (len(few) > 1)} rest on fewer than "
+        f"{MIN_REPORT_QUERIES} queries each, too few for a stable number or interval: "
+        + ", ".join(few[:12])
+        + (", ..." if len(few) > 12 else ""),
     )
 
 

@@ -18,7 +18,7 @@ from absl import logging
 from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
 from tailaware.io.scores import SampledScores
-from tailaware.protocol import plots, prediction, schema
+from tailaware.protocol import ilias_report, plots, prediction, schema
 from tailaware.protocol.settings import PredictSettings
 
 
@@ -66,25 +66,27 @@ def report(
     workdir: str,
     metadata: dict | None = None,
     queries: str | None = None,
+    spec: ilias_report.ReportSpec | None = None,
 ) -> Prediction:
     """Predicts at `n_target` and writes prediction.json, its curve plot and the hardness
     artifact `hardness.npz` (with the reruns and the distractor sds; `metadata` joins the tail
     settings in its provenance); returns the prediction.
 
-    `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output.
+    `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output;
+    `spec`, its official report's groups, adds the predicted report.
     """
     q, m = scores.tail_scores.shape
     what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
-    with progress("estimating hardness", what):
-        hardness = prediction.estimate(scores, settings)
     opts = settings.protocol
     stages = (
-        f"mAP@{settings.k} at N = {n_target:,} and {opts.curve_points} curve sizes: E[AP], "
-        f"nested bootstrap of {opts.nested_replicates} replicates, query bootstrap of "
-        f"{opts.query_replicates}, budget check on {opts.budget_levels} sub-samples"
+        f"hardness {what}, then mAP@{settings.k} at N = {n_target:,} and {opts.curve_points} "
+        f"curve sizes: every metric, nested bootstrap of {opts.nested_replicates} replicates, "
+        f"query bootstrap of {opts.query_replicates}, budget check on {opts.budget_levels} "
+        "sub-samples"
     )
-    with progress("predicting", stages):
-        p = prediction.predict(scores, settings, n_target, hardness)._replace(queries=queries)
+    with progress("estimating and predicting", stages):
+        hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
+    p = p._replace(queries=queries)
     provenance = {"evt": dataclasses.asdict(settings.tail), **(metadata or {})}
     art = artifact.from_hardness(
         hardness, scores, settings.estimator, provenance, prediction.distractor_sd(p)
