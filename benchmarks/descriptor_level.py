@@ -29,11 +29,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tailaware.configs import default  # noqa: E402
-from tailaware.core import metrics  # noqa: E402
-from tailaware.protocol import baselines, intervals, prediction  # noqa: E402
+from tailaware.core import evaluate, metrics  # noqa: E402
+from tailaware.protocol import baselines, prediction  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import synthetic  # noqa: E402
 from tailaware.tail import estimators  # noqa: E402
+
+MAP = (metrics.METRICS["map"],)  # the interval of mAP@k alone
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
 COLUMNS = (*ESTIMATORS, "at_sample")
@@ -65,15 +67,12 @@ def cell(scores, truth: dict, settings: PredictSettings) -> dict:
             if averaged
             else estimators.get(name)(scores, settings.tail)
         )
-        aps, priors = prediction.prior_maps(h, sizes, k, scores.fixed_counts, scores)  # [G, Q]
+        aps = evaluate.per_query_aps(h, sizes, k, scores.fixed_counts, scores)[0]  # [G, Q]
         for n, a in zip(sizes, aps, strict=True):
             row[f"{name}@{n}"] = float(a.mean()) - truth[n]
         if averaged:  # the reported interval at the largest N, without the nested bootstrap
-            maps = prediction.threshold_maps(scores, settings, sizes, h)
-            opts = settings.protocol
-            unc = intervals.size_intervals(
-                aps, settings.intervals, opts.query_replicates, opts.seed, maps, priors=priors
-            )[-1]
+            at_n = prediction.at_target(scores, settings, h, sizes[-1], metric_list=MAP)
+            unc = at_n[f"map@{k}"].interval
             t = truth[sizes[-1]]
             lo, hi = unc.ci90.reported
             row["cover90"] = bool(lo <= t <= hi)

@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import identifiability  # noqa: E402  (the sibling script: the higher cut on truncnorm)
 
+from tailaware.core import evaluate  # noqa: E402
 from tailaware.io.scores import load_scores  # noqa: E402
 from tailaware.protocol import floors, prediction, validation  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
@@ -109,7 +110,7 @@ def default_on_cut(entry: dict, f: float, k: int) -> dict:
         aps = {}
         for world, s in samples.items():
             h = prediction.estimate(s, settings)
-            aps[world] = prediction.prior_maps(h, [n], k, s.fixed_counts, s)[0][0]
+            aps[world] = evaluate.per_query_ap(h, n, k, s.fixed_counts, s)
         same = (samples["A"].tail_scores == samples["B"].tail_scores).all(axis=1)
         moved_by = np.where(same, aps["B"] - aps["A"], 0.0)
         rows.append(

@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-TIMINGS = ("jax_s", "estimate_s", "maps_s", "threshold_s", "nested_s")
+TIMINGS = ("jax_s", "estimate_s", "maps_s", "intervals_s", "nested_s")
 
 
 def _parse():
@@ -59,8 +59,9 @@ def _sample(args):
 
 def jax_side(args) -> dict:
     """Runs the protocol with tailaware; returns timings (compilation included)."""
+    from tailaware.core import evaluate
     from tailaware.jobs import compilation_cache
-    from tailaware.protocol import intervals, nested, prediction
+    from tailaware.protocol import nested, prediction
     from tailaware.protocol.settings import PredictSettings
 
     compilation_cache.enable()  # the directory comes from TAILAWARE_JAX_CACHE (set by main)
@@ -70,28 +71,30 @@ def jax_side(args) -> dict:
     hardness = prediction.estimate(scores, settings)  # with the threshold reruns
     t1 = time.perf_counter()
     sizes = np.concatenate([[args.n_target], np.geomspace(1e3, 1e9, 25)])
-    # With the mAP@k under the other priors on the tail shape, in the same pass (as the job).
-    aps, priors = prediction.prior_maps(hardness, sizes, 1000, scores.fixed_counts, scores)
-    intervals.query_bootstrap(aps, args.replicates)
+    # The prediction's pass: the estimate under every prior and its reruns, at every size.
+    every, rows = prediction.variants(hardness)
+    values, _ = evaluate.predicted_values(
+        every, scores.mask, sizes, 1000, scores.fixed_counts, scores
+    )
     t2 = time.perf_counter()
-    maps = prediction.threshold_maps(scores, settings, sizes, hardness)
+    preds = prediction.metric_predictions(
+        values, rows, settings.metric_list()[:1], settings, sizes[1:]
+    )
     t3 = time.perf_counter()
-    at_n = lambda a: None if a is None else a[:, :1]
-    unc = intervals.size_intervals(
-        aps[:1], settings.intervals, args.replicates, 0, at_n(maps), priors=at_n(priors)
-    )[0]
-    ci90 = list(unc.ci90.reported)
+    ci90 = list(preds["map@1000"].interval.ci90.reported)
     out = {
         "jax_s": time.perf_counter() - t0,
         "estimate_s": t1 - t0,
         "maps_s": t2 - t1,
-        "threshold_s": t3 - t2,
-        "map": float(aps[0].mean()),
+        "intervals_s": t3 - t2,
+        "map": float(values[0, 0, 0].mean()),
     }
     out["ci90"] = ci90
     if args.nested:
         t1 = time.perf_counter()
-        nested.nested_bootstrap(scores, args.estimator, settings.tail, 1000, sizes, args.nested)
+        nested.nested_bootstrap(
+            scores, args.estimator, settings.tail, 1000, sizes, args.nested, num_atoms=4
+        )
         out["nested_s"] = time.perf_counter() - t1
     return out
 

@@ -31,11 +31,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tailaware.core import metrics  # noqa: E402
-from tailaware.protocol import intervals, prediction  # noqa: E402
+from tailaware.core import evaluate, metrics  # noqa: E402
+from tailaware.protocol import prediction  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import simulate  # noqa: E402
 from tailaware.tail import estimators  # noqa: E402
+
+MAP = (metrics.METRICS["map"],)  # the interval of mAP@k alone
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 ESTIMATORS = ("evt_averaged", "evt", "count")
@@ -96,14 +98,11 @@ def cell(bench, fraction, draws, settings: PredictSettings, seed=0) -> dict:
                 h = prediction.estimate(sc, settings)
             else:
                 h = estimators.get(name)(sc, settings.tail)
-            aps, priors = prediction.prior_maps(h, [bench.n_pool], k, sc.fixed_counts, sc)
+            aps = evaluate.per_query_ap(h, bench.n_pool, k, sc.fixed_counts, sc)
             errors[name].append(float(aps.mean()) - truth)
             if averaged:
-                maps = prediction.threshold_maps(sc, settings, [bench.n_pool], h)
-                opts = settings.protocol
-                unc = intervals.size_intervals(
-                    aps, settings.intervals, opts.query_replicates, opts.seed, maps, priors=priors
-                )[0]
+                at_n = prediction.at_target(sc, settings, h, bench.n_pool, metric_list=MAP)
+                unc = at_n[f"map@{k}"].interval
                 lo, hi = unc.ci90.reported
                 covered.append(lo <= truth <= hi)
                 covered_query.append(unc.ci90.query[0] <= truth <= unc.ci90.query[1])

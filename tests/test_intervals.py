@@ -8,7 +8,6 @@ from tailaware.core import evaluate, metrics
 from tailaware.protocol import intervals, prediction
 from tailaware.protocol.settings import IntervalSettings, PredictSettings
 from tailaware.sim import simulate
-from tailaware.tail import estimators
 from tailaware.tail.settings import TailSettings
 
 Q = 120
@@ -112,6 +111,14 @@ def test_intervals_stay_inside_the_range_of_the_metric():
 
 
 @pytest.mark.slow
+def _deviations(sc, settings, h, n):
+    """How far the prediction moves with the tail threshold and with the prior on its shape."""
+    unc = prediction.at_target(sc, settings, h, n, metric_list=(metrics.METRICS["map"],))
+    return unc[f"map@{settings.k}"].interval.threshold_deviation, unc[
+        f"map@{settings.k}"
+    ].interval.prior_deviation
+
+
 def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     # A bounded (Kumaraswamy) law at a 1% sample of a 10^6 pool: the GPD tail over-prices the
     # positives (the prediction errs low by several query standard errors), which resampling
@@ -121,12 +128,12 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     bench = simulate.make_benchmark(200, 10**6, "kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=0)
     sc, truth = d.scores, metrics.map_from_counts(d.truth_counts, 1000)
-    h = estimators.get(settings.estimator)(sc, settings.tail)
+    h = prediction.estimate(sc, settings)  # with its reruns
     aps = evaluate.per_query_ap(h, 10**6, 1000, sc.fixed_counts, sc)
     point = float(aps.mean())
-    dev, prior = prediction.model_deviations(sc, settings, [1e6], [point])
+    dev, prior = _deviations(sc, settings, h, 1e6)
     reps = intervals.query_bootstrap(aps, 1000)
-    out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0], None, prior[0])
+    out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
     lo, hi = out.ci90.sampling
     assert not lo <= truth <= hi, (lo, truth, hi)
     lo, hi = out.ci90.reported
@@ -150,12 +157,12 @@ def test_prior_term_covers_a_bias_the_threshold_term_misses():
         aps = evaluate.per_query_ap(h, 10**8, 1000, sc.fixed_counts, sc)
         point = float(aps.mean())
         assert point < truth - 0.02  # the bias
-        dev, prior = prediction.model_deviations(sc, settings, [1e8], [point], h)
+        dev, prior = _deviations(sc, settings, h, 1e8)
         reps = intervals.query_bootstrap(aps, 1000)
-        out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0], None, prior[0])
+        out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
         lo, hi = out.ci90.reported
         assert lo <= truth <= hi, (seed, lo, truth, hi)
-        only = intervals.intervals(point, reps, TILT_INTERVALS, None, dev[0])
+        only = intervals.intervals(point, reps, TILT_INTERVALS, None, dev)
         lo, hi = only.ci90.reported
         missed.append(not lo <= truth <= hi)
     assert any(missed)  # seed 1 (truth 0.353, the threshold-only interval ends at 0.349)

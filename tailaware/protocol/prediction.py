@@ -51,55 +51,6 @@ def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
     return estimators.estimate(scores, settings.estimator, settings.tail)
 
 
-def prior_maps(hardness: Hardness, sizes, k: int, fixed, sample) -> tuple:
-    """Returns (per-query AP@k [G, Q] of the estimate, its mAP@k [T, G] under its other priors on
-    the tail shape, a flatter and a steeper one, or None without them) at the sizes [G], in one
-    E[AP] pass (`evaluate.per_query_aps(..., priors=True)`); `fixed` and `sample` as there."""
-    aps, *priors = evaluate.per_query_aps(hardness, sizes, k, fixed, sample, priors=True)
-    return aps, (np.mean(priors, axis=-1) if priors else None)
-
-
-def rerun_maps(reruns, sizes, k: int, fixed, sample) -> np.ndarray | None:
-    """Returns mAP@k [F, G] of each of the `reruns` (`Hardness`, a tuple) at the sizes [G], or
-    None when there are none; `fixed` and `sample` as in `evaluate.per_query_aps`."""
-    if not reruns:
-        return None
-    sizes = np.asarray(sizes, np.float64)
-    maps = lambda h: evaluate.per_query_aps(h, sizes, k, fixed, sample)[0].mean(axis=1)
-    # Concurrently: a compiled E[AP] releases the GIL and keeps only part of 2 cores busy.
-    with futures.ThreadPoolExecutor(len(reruns)) as pool:
-        return np.stack(list(pool.map(maps, reruns)))
-
-
-def threshold_maps(scores: SampledScores, settings: PredictSettings, sizes, estimated=None):
-    """Returns mAP@k [F, G] of the configured estimator rerun at other thresholds, or None.
-
-    The reruns keep half and twice the excesses over the estimator's threshold (`estimate`), one
-    row each, at the gallery sizes `sizes` [G]; they are taken from `estimated` when it carries
-    them. None for estimators without a tail model (count, homogeneous).
-    """
-    if estimators.tail_method(settings.estimator) is None:
-        return None
-    reruns = estimated.reruns if estimated is not None else ()
-    reruns = reruns or estimate(scores, settings).reruns
-    return rerun_maps(reruns, sizes, settings.k, scores.fixed_counts, scores)
-
-
-def model_deviations(
-    scores: SampledScores, settings: PredictSettings, sizes, points, estimated=None
-):
-    """Returns ([G], [G]) how far mAP@k moves when the tail threshold does (`threshold_maps`) and
-    when the prior on the tail shape does (`prior_maps`; of `estimated` when given, which must
-    then carry its reruns, as `estimate`'s do): the larger distance of the reruns from `points`
-    [G] at each gallery size of `sizes` [G]; 0 without them."""
-    h = estimated if estimated is not None and estimated.reruns else None
-    if h is None and estimators.tail_method(settings.estimator) is not None:
-        h = estimate(scores, settings)
-    maps = threshold_maps(scores, settings, sizes, h)
-    priors = None if h is None else prior_maps(h, sizes, settings.k, scores.fixed_counts, scores)[1]
-    return intervals.deviation(maps, points), intervals.deviation(priors, points)
-
-
 @jax.jit
 def _other_metrics(x, mask, n, k, fixed):
     recall = jax.vmap(lambda xi, mi, fi: law.recall_at_k(xi, mi, n, k, fi))(x, mask, fixed)
@@ -253,7 +204,8 @@ def metric_predictions(
     Args:
       values: [W, G, M, Q] the pass's per-query values at the target and the curve's sizes.
       rows: where the weightings are (`variants`).
-      metric_list: the M metrics; settings: the prediction's; grid: [G - 1] the curve's sizes.
+      metric_list: the M metrics; settings: the prediction's; grid: [G - 1] the curve's sizes
+        (empty: the target alone, no curve).
       reps: the nested bootstrap (`nested.Nested`, at the target and its anchor sizes): the
         target's interval from its replicates, the curve's from their sd interpolated in log N.
       sd: [M, G] the distractor sd where only it is known (an artifact's; NaN: unknown).
@@ -274,22 +226,52 @@ def metric_predictions(
             sd_m = None if sd is None else sd[m]
             uncs = intervals.item_intervals(per_query, *common, sd_distractor=sd_m, **model)
         else:  # the target's own replicates; the curve's sd interpolated between the anchors
-            sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
             at_n = (reps.distractor[:1, m], reps.combined[:1, m])
             uncs = intervals.item_intervals(per_query[:1], *common, nested=at_n, **part(slice(1)))
-            uncs += intervals.item_intervals(
-                per_query[1:], *common, sd_distractor=sd_curve, **part(slice(1, None))
-            )
+            if len(grid):
+                sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
+                uncs += intervals.item_intervals(
+                    per_query[1:], *common, sd_distractor=sd_curve, **part(slice(1, None))
+                )
         known = sd_curve is not None and not np.isnan(sd_curve).any()
-        curve = Curve(
-            n=tuple(grid.tolist()),
-            values=tuple(means[0, 1:, m].tolist()),
-            ci90=tuple(u.ci90.reported for u in uncs[1:]),
-            sd_distractor=tuple(sd_curve.tolist()) if known else None,
-        )
+        curve = None
+        if len(grid):
+            curve = Curve(
+                n=tuple(np.asarray(grid, np.float64).tolist()),
+                values=tuple(means[0, 1:, m].tolist()),
+                ci90=tuple(u.ci90.reported for u in uncs[1:]),
+                sd_distractor=tuple(sd_curve.tolist()) if known else None,
+            )
         label = metric.label(settings.k)
         out[label] = MetricPrediction(label, float(means[0, 0, m]), per_query[0], uncs[0], curve)
     return out
+
+
+def at_target(
+    scores: SampledScores,
+    settings: PredictSettings,
+    hardness: Hardness,
+    n_target: float,
+    *,
+    metric_list=None,
+    reps=None,
+) -> dict:
+    """Returns label -> `MetricPrediction` at `n_target` alone (no curve) of an estimate with its
+    reruns, each with its interval: the prediction's pass and intervals
+    (`metric_predictions`) for studies that need only the target; `reps` the nested bootstrap at
+    [n_target] or None; `metric_list` defaults to the settings'."""
+    metric_list = settings.metric_list() if metric_list is None else tuple(metric_list)
+    every, rows = variants(hardness, scores)
+    values, _ = evaluate.predicted_values(
+        every,
+        scores.mask,
+        [float(n_target)],
+        settings.k,
+        scores.fixed_counts,
+        scores,
+        metric_list=metric_list,
+    )
+    return metric_predictions(values, rows, metric_list, settings, np.zeros(0), reps=reps)
 
 
 def predict(

@@ -37,7 +37,6 @@ from tailaware.protocol import (
     baselines,
     budget,
     diagnostics,
-    intervals,
     nested,
     prediction,
     schema,
@@ -294,26 +293,7 @@ def one_draw(
         its spread is a property of the benchmark and S, not of the draw); run here when None.
     """
     k = settings.k
-    estimates, calib = {}, {}
-    for name in names:
-        if name == settings.estimator:  # with its threshold reruns, for the interval
-            h = point = prediction.estimate(scores, settings)
-        else:
-            h = estimators.get(name)(scores, settings.tail)
-        aps, priors = prediction.prior_maps(h, [n], k, scores.fixed_counts, scores)  # [1, Q]
-        estimates[name] = float(aps.mean())
-        if h.tail_priced.any():
-            calib[name] = calibration(h, x_true)
-        if name == settings.estimator:
-            point_aps, point_priors = aps, priors
-    base = {"evaluate-at-S": baselines.at_sample_map(scores, k)}
-    try:
-        subs = budget.nested_subsamples(scores, 3, seed)
-        base.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
-    except ValueError:  # too small to halve 3 times (some query keeps no stored score)
-        base.update({m: float("nan") for m in baselines.MODELS})
-    base[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
-
+    metric_list = (metrics.METRICS["map"], *(metrics.get(name) for name in v.metrics))
     if reps is None:
         reps = nested.nested_bootstrap(
             scores,
@@ -323,29 +303,51 @@ def one_draw(
             [float(n)],
             v.nested_replicates,
             seed=seed,
+            metric_list=metric_list,
+            num_atoms=prediction.NESTED_ATOMS,
         )
-    maps = prediction.threshold_maps(scores, settings, [float(n)], point)
-    unc = intervals.size_intervals(
-        point_aps, settings.intervals, v.query_replicates, seed, maps, reps, priors=point_priors
-    )[0]
+    estimates, calib = {}, {}
+    for name in names:
+        if name == settings.estimator:  # the prediction's pass and interval (with the reruns)
+            point = prediction.estimate(scores, settings)
+            at_n = prediction.at_target(
+                scores, settings, point, n, metric_list=metric_list, reps=reps
+            )
+            ap, *others = at_n.values()
+            estimates[name] = ap.value
+            h = point
+        else:
+            h = estimators.get(name)(scores, settings.tail)
+            estimates[name] = float(
+                evaluate.per_query_ap(h, n, k, scores.fixed_counts, scores).mean()
+            )
+        if h.tail_priced.any():
+            calib[name] = calibration(h, x_true)
+    base = {"evaluate-at-S": baselines.at_sample_map(scores, k)}
+    try:
+        subs = budget.nested_subsamples(scores, 3, seed)
+        base.update({m: float(v_) for m, v_ in baselines.extrapolate(subs, k, n).items()})
+    except ValueError:  # too small to halve 3 times (some query keeps no stored score)
+        base.update({m: float("nan") for m in baselines.MODELS})
+    base[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
     counts = np.where(scores.mask, scores.pos_counts, 0)
     seen, expected, sd = diagnostics.tail_counts(
         point, counts, scores.n_sample, settings.tail.min_count
     )
     warned = bool(diagnostics.tail_counts_warning(seen, expected, sd))
-    others = tuple(metrics.get(name) for name in v.metrics)
-    every, _ = prediction.variants(point)
-    values, _ = evaluate.predicted_values(
-        every[:1], scores.mask, [float(n)], k, scores.fixed_counts, scores, metric_list=others
-    )
     full = np.where(scores.mask, truth_counts + scores.fixed_counts, -1)
     pairs = {
-        m.label(k): (
-            float(values[0, 0, i].mean()),
-            float(metrics.value_from_counts(m, full, scores.mask, k).mean()),
+        m.label: (
+            m.value,
+            float(
+                metrics.value_from_counts(
+                    metrics.get(m.label.split("@")[0]), full, scores.mask, k
+                ).mean()
+            ),
         )
-        for i, m in enumerate(others)
+        for m in others
     }
+    unc = ap.interval
     draw = Draw(
         truth=metrics.map_from_counts(truth_counts, k, scores.fixed_counts),
         n_sample=scores.n_sample,
@@ -486,7 +488,8 @@ def format_table(results: dict, estimator: str) -> str:
     lines.append(
         "bias / MAE: prediction minus realized truth; med / corr: median estimated-over-true "
         "hardness and log-correlation of tail-priced positives; * = config.estimator (intervals; "
-        "the share of draws whose prediction warned TAIL VS COUNTS)."
+        "the share of draws whose prediction warned TAIL VS COUNTS); rows metric@k: "
+        "config.estimator's prediction of that metric against its own realized truth."
     )
     return "\n".join(lines)
 
