@@ -104,11 +104,11 @@ def test_prediction_and_nested_bootstrap_do_not_depend_on_grouping(wide_sample):
     sizes = np.array([1e4, 1e6, 1e8])
     h = prediction.estimate(sc, settings)
     aps = evaluate.per_query_aps(h, sizes, 1000, sc.fixed_counts, sc)[0]
-    reps = nested.nested_bootstrap(sc, settings.estimator, settings.tail, 1000, sizes, 3, seed=0)
+    reps, _ = nested.nested_bootstrap(sc, settings.estimator, settings.tail, 1000, sizes, 3, seed=0)
     # The same computations on the padded arrays, without groups.
     aps0 = evaluate.per_query_aps(h, sizes, 1000, sc.fixed_counts, sc, max_share=0.0)[0]
     np.testing.assert_allclose(aps, np.asarray(aps0), rtol=1e-5, atol=1e-6)
-    padded = nested.nested_bootstrap(
+    padded, _ = nested.nested_bootstrap(
         sc, settings.estimator, settings.tail, 1000, sizes, 3, seed=0, max_share=0.0
     )
     for got, want in zip(reps[1:3], padded[1:3], strict=True):

@@ -60,7 +60,7 @@ def test_nested_sd_matches_repeated_draws():
         aps = evaluate.per_query_ap(estimators.count(sc), 1e6, 100, sc.fixed_counts)
         preds.append(aps.mean())
         if r < 4:
-            nb = nested.nested_bootstrap(sc, "count", TailSettings(), 100, [1e6], 60, seed=r)
+            nb, _ = nested.nested_bootstrap(sc, "count", TailSettings(), 100, [1e6], 60, seed=r)
             sds.append(nb.distractor.std(ddof=1))
     ratio = np.mean(sds) / np.std(preds, ddof=1)
     assert 0.6 < ratio < 1.6

@@ -154,7 +154,8 @@ def resample(key, tail, pos, counts, mask):
 )
 def _nested(
     keys,
-    c: functional.Core,
+    cores: functional.Core,
+    resampled,
     sizes,
     items,
     *,
@@ -168,31 +169,44 @@ def _nested(
     batch_size,
     num_atoms,
 ):
-    q = c.tail.shape[0]
+    q = cores.tail.shape[1]
 
-    def one(key):
+    def one(args):
+        key, c, drawn_again = args
         k_q, k_d = jax.random.split(key)
         tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
+        tail = jnp.where(drawn_again, tail, c.tail)
+        counts = jnp.where(drawn_again, counts, c.counts)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
-        if num_atoms < w.shape[1]:  # each query's heaviest atoms of this replicate
-            w, keep = jax.lax.top_k(w, num_atoms)
-            atoms = jnp.take_along_axis(atoms, keep[:, None, :], axis=2)
-            w = w / jnp.sum(w, axis=1, keepdims=True)
-        values, in_views = evaluate.traced_values(
-            atoms,
-            w[None],
-            c.mask,
-            sizes,
-            None if items is None else items.views,
-            k=k,
-            metric_list=metric_list,
-            gains=gains,
-            tables=tables,
-            fixed=c.fixed,
-            counts=counts,
-            n_sample=c.s,
-            grouping=grouping,
-        )
+
+        def law_values(atoms, w):
+            return evaluate.traced_values(
+                atoms,
+                w[None],
+                c.mask,
+                sizes,
+                None if items is None else items.views,
+                k=k,
+                metric_list=metric_list,
+                gains=gains,
+                tables=tables,
+                fixed=c.fixed,
+                counts=counts,
+                n_sample=c.s,
+                grouping=grouping,
+            )
+
+        if num_atoms < w.shape[1]:
+            # A replicate keeps each query's heaviest atoms (its spread is what it is for); an
+            # extra sample keeps them all, as its level is what the budget check reads.
+            def heaviest(atoms, w):
+                w, keep = jax.lax.top_k(w, num_atoms)
+                atoms = jnp.take_along_axis(atoms, keep[:, None, :], axis=2)
+                return law_values(atoms, w / jnp.sum(w, axis=1, keepdims=True))
+
+            values, in_views = jax.lax.cond(drawn_again, heaviest, law_values, atoms, w)
+        else:
+            values, in_views = law_values(atoms, w)
         values = values[0]  # [G, M, Q]
         drawn = jnp.zeros(q, values.dtype).at[jax.random.randint(k_q, (q,), 0, q)].add(1.0)
         out = (jnp.mean(values, axis=-1), values @ drawn / q)
@@ -206,7 +220,7 @@ def _nested(
             jnp.sum(per_item * w_i, -1) / jnp.sum(w_i, -1),
         )
 
-    return jax.lax.map(one, keys, batch_size=batch_size)
+    return jax.lax.map(one, (keys, cores, resampled), batch_size=batch_size)
 
 
 def nested_bootstrap(
@@ -221,11 +235,13 @@ def nested_bootstrap(
     metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
     num_atoms: int | None = None,
     items: Items | None = None,
+    extra: tuple = (),
     batch_size: int = 1,
     max_share: float = buckets.MAX_SHARE,
     threads: int = 2,
-) -> Nested:
-    """Returns nested-bootstrap replicates of every metric@k at each gallery size.
+) -> tuple[Nested, np.ndarray]:
+    """Returns (nested-bootstrap replicates of every metric@k at each gallery size, the
+    estimator's metrics on each of the `extra` samples [len(extra), G, M]).
 
     Every replicate resamples each query's distractor sample (Poisson weights), reruns the
     estimator and evaluates the law (`evaluate.traced_values`); it also draws a resample of
@@ -243,6 +259,9 @@ def nested_bootstrap(
       num_atoms: each replicate keeps each query's this many heaviest atoms, its weights
         renormalised over them; None keeps them all.
       items: `Items` the replicates also report, or None.
+      extra: sub-samples of `scores` (the budget check's) the same program evaluates as they
+        are, with every atom, at the width of `scores` (`functional.core`): one compiled
+        program for both.
       batch_size: replicates vmapped together (memory ~ batch_size * G * Q * P * atoms floats).
         One at a time is the fastest as well as the leanest on 2 cores (benchmarks/README.md,
         "protocol.py"); results do not depend on it.
@@ -252,33 +271,44 @@ def nested_bootstrap(
         its own key alone, so the results do not depend on it): XLA runs the program on one
         core, and the parts fill the others.
     """
-    c = functional.core(scores, settings)
     est = estimators.get(estimator)
     metric_list = tuple(metric_list)
     gains = tuple(dict.fromkeys(m.gain for m in metric_list))
-    keys = jax.random.split(jax.random.key(seed), int(num_replicates))
-    parts = max(1, min(int(threads), int(num_replicates)))
-    while num_replicates % parts:  # equal parts share one compiled program
+    b = int(num_replicates)
+    full = functional.core(scores, settings)
+    cores = [full] * b + [functional.core(x, settings, reference=scores) for x in extra]
+    total = len(cores)
+    if total == 0:
+        raise ValueError("nothing to evaluate: no replicate and no extra sample")
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *cores)
+    resampled = np.arange(total) < b
+    keys = jax.random.split(jax.random.key(seed), total)
+    parts = max(1, min(int(threads), total))
+    while total % parts:  # equal parts share one compiled program
         parts -= 1
     run = functools.partial(
         _nested,
-        c=c,
         sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         items=None if items is None else jax.tree.map(jnp.asarray, items),
         tables=law.rank_tables(int(k), gains),
-        grouping=buckets.groups(c.mask, max_share),
+        grouping=buckets.groups(scores.mask, max_share),
         k=int(k),
         traced=est.traced,
         settings=settings,
         metric_list=metric_list,
         gains=gains,
-        batch_size=int(min(batch_size, num_replicates // parts)),
+        batch_size=int(max(1, min(batch_size, total // parts))),
         num_atoms=int(num_atoms or 1 << 30),
     )
+    size = total // parts
+    part = lambda i: (
+        keys[i * size : (i + 1) * size],
+        jax.tree.map(lambda a: a[i * size : (i + 1) * size], stacked),
+        jnp.asarray(resampled[i * size : (i + 1) * size]),
+    )
     with futures.ThreadPoolExecutor(parts) as pool:
-        size = int(num_replicates) // parts
-        chunks = [keys[i * size : (i + 1) * size] for i in range(parts)]
-        done = list(pool.map(lambda part: jax.device_get(run(part)), chunks))
-    got = [np.concatenate(part) for part in zip(*done, strict=True)]
-    got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in jax.device_get(got)]
-    return Nested(np.asarray(sizes, np.float64), *got)
+        done = list(pool.map(lambda i: jax.device_get(run(*part(i))), range(parts)))
+    got = [np.concatenate(p) for p in zip(*done, strict=True)]
+    got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in got]
+    reps = Nested(np.asarray(sizes, np.float64), *(a[..., :b] for a in got))
+    return reps, np.moveaxis(got[0][..., b:], -1, 0)

@@ -18,7 +18,6 @@ diagnostic"):
 Shapes: Q queries, P positive slots, G gallery sizes, F threshold reruns, T other priors.
 """
 
-import functools
 from concurrent import futures
 from typing import NamedTuple
 
@@ -26,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core import buckets, evaluate, law, metrics
+from tailaware.core import evaluate, law, metrics
 from tailaware.core.results import (
     Curve,
     Diagnostics,
@@ -41,8 +40,7 @@ from tailaware.core.results import (
 from tailaware.io.scores import SampledScores, load_scores
 from tailaware.protocol import baselines, budget, diagnostics, ilias_report, intervals, nested
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
-from tailaware.tail import estimators, functional
-from tailaware.tail.settings import TailSettings
+from tailaware.tail import estimators
 
 
 def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
@@ -71,67 +69,12 @@ def other_metrics(hardness: Hardness, fixed, n: float, k: int) -> OtherMetrics:
     return OtherMetrics(int(k), float(recall), float(top1))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "traced", "settings"))
-def _core_aps(c: functional.Core, sizes, *, table, grouping, k, traced, settings):
-    atoms, w = traced(c, settings)
-    kw = dict(fixed=c.fixed, weights=w, counts=c.counts, n_sample=c.s, table=table)
-    return jax.vmap(lambda n: buckets.expected_map(atoms, c.mask, n, k, grouping=grouping, **kw))(
-        sizes
-    )
-
-
-def core_aps(c: functional.Core, estimator: str, settings: TailSettings, k: int, sizes):
-    """Returns the per-query AP@k [G, Q] at `sizes` of the estimator's traced definition on the
-    fixed-shape inputs `c`: one compiled program for all sub-samples of one width."""
-    aps = _core_aps(
-        c,
-        jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
-        table=law.rank_tables(int(k)),
-        grouping=buckets.groups(c.mask),
-        k=int(k),
-        traced=estimators.get(estimator).traced,
-        settings=settings,
-    )
-    return np.asarray(jax.device_get(aps), np.float64)
-
-
-def subsample_predictions(subsamples, settings: PredictSettings, sizes) -> np.ndarray:
-    """Returns the configured estimator's mAP@k [len(subsamples), G] from each (sub-)sample,
-    all at the width of the last (the full sample: `functional.core`)."""
-    ref = subsamples[-1]
-    out = []
-    for s in subsamples:
-        c = functional.core(s, settings.tail, ref)
-        out.append(core_aps(c, settings.estimator, settings.tail, settings.k, sizes).mean(axis=1))
-    return np.stack(out)
-
-
-def budget_check(scores: SampledScores, settings: PredictSettings, n_target: int, noise: float):
-    """Returns the sufficient-budget `Budget` and the curve-fit baselines {model: mAP@k at N},
-    both from nested sub-samples of `scores` ({} when it is too small to halve)."""
-    return budget_verdict(budget_predictions(scores, settings, n_target), noise)
-
-
-def budget_predictions(scores: SampledScores, settings: PredictSettings, n_target: int):
-    """Returns what the budget check needs before the query noise is known: (sub-sample sizes,
-    the estimator's mAP@k at N from each, the curve-fit baselines), or (levels, S, why) when the
-    sample is too small to halve."""
-    levels, seed = settings.protocol.budget_levels, settings.protocol.seed
-    try:
-        subs = budget.nested_subsamples(scores, int(levels), int(seed))
-    except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
-        return int(levels), scores.n_sample, str(e)
-    preds = subsample_predictions(subs, settings, [float(n_target)])[:, 0]
-    sizes = [s.n_sample for s in subs]
-    return sizes, preds, baselines.extrapolate(subs, settings.k, n_target)
-
-
-def budget_verdict(got, noise: float):
-    """Returns the `Budget` and the curve-fit baselines of `budget_predictions`' result."""
-    if isinstance(got[2], str):
-        return budget.not_checked(*got), {}
-    sizes, preds, fits = got
-    return budget.verdict(sizes, preds, noise), fits
+def budget_check(subsamples, predictions, settings: PredictSettings, n_target: int, noise):
+    """Returns the sufficient-budget `Budget` and the curve-fit baselines {model: mAP@k at N}
+    from nested sub-samples [S / 2^L, ..., S] of the sample and the estimator's mAP@k at N from
+    each (`nested.nested_bootstrap`'s `extra`)."""
+    verdict = budget.verdict([s.n_sample for s in subsamples], predictions, noise)
+    return verdict, baselines.extrapolate(subsamples, settings.k, n_target)
 
 
 def drift_check(settings: PredictSettings, n_target: int) -> Drift:
@@ -316,25 +259,33 @@ def estimate_and_predict(
         metric_list = tuple(dict.fromkeys((*metric_list, *extra)))
     grid = np.geomspace(*CURVE_RANGE, int(opts.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    # The budget check and the nested bootstrap need no estimate: they start at once, beside it
-    # (XLA's programs here keep about one core busy each).
-    pool = futures.ThreadPoolExecutor(2)
-    checks = pool.submit(budget_predictions, scores, settings, n_target)
-    reps = None
-    if int(opts.nested_replicates) > 0:
-        reps = pool.submit(
+    # The nested bootstrap and the budget check's sub-samples need no estimate: one program
+    # evaluates them (`nested.nested_bootstrap`), beside the estimate.
+    try:
+        subs = budget.nested_subsamples(scores, int(opts.budget_levels), int(opts.seed))
+        too_small = ""
+    except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
+        subs, too_small = (), str(e)
+    pool = futures.ThreadPoolExecutor(1)
+    replicates = int(opts.nested_replicates)
+    job = (
+        pool.submit(
             nested.nested_bootstrap,
             scores,
             settings.estimator,
             settings.tail,
             k,
             np.concatenate([[float(n_target)], np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)]),
-            opts.nested_replicates,
+            replicates,
             seed=opts.seed,
             metric_list=metric_list,
             num_atoms=NESTED_ATOMS,
-            items=None if report is None else _items(report, metric_list),
+            items=None if report is None or not replicates else _items(report, metric_list),
+            extra=subs[:-1],  # the last is the sample itself: its value is the point
         )
+        if replicates or len(subs) > 1
+        else None
+    )
     if hardness is None:
         hardness = estimate(scores, settings)
     fixed, mask = scores.fixed_counts, scores.mask
@@ -343,7 +294,9 @@ def estimate_and_predict(
     values, in_views = evaluate.predicted_values(
         every, mask, sizes, k, fixed, scores, metric_list=metric_list, views=views
     )  # [W, G, M, Q], [W, V, M, Q]
-    reps = None if reps is None else reps.result()
+    reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
+    pool.shutdown()
+    reps = reps if replicates else None
     out = metric_predictions(values, rows, metric_list, settings, grid, reps=reps)
     predicted = None
     if report is not None:
@@ -352,8 +305,11 @@ def estimate_and_predict(
     out = {label: m for label, m in out.items() if label in wanted}
     ap = out[metric_list[0].label(k)]
     unc = ap.interval
-    verdict, fits = budget_verdict(checks.result(), unc.sd_query)
-    pool.shutdown()
+    if subs:
+        preds = [*sub_values[:, 0, 0], ap.value]
+        verdict, fits = budget_check(subs, preds, settings, n_target, unc.sd_query)
+    else:
+        verdict, fits = budget.not_checked(int(opts.budget_levels), scores.n_sample, too_small), {}
     drift = drift_check(settings, n_target)
     checked = None
     if hardness.fit is not None:  # a tail-aware estimate: its tail against the counts

@@ -295,7 +295,7 @@ def one_draw(
     k = settings.k
     metric_list = (metrics.METRICS["map"], *(metrics.get(name) for name in v.metrics))
     if reps is None:
-        reps = nested.nested_bootstrap(
+        reps, _ = nested.nested_bootstrap(
             scores,
             settings.estimator,
             settings.tail,
