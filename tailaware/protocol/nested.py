@@ -280,12 +280,13 @@ def nested_bootstrap(
     total = len(cores)
     if total == 0:
         raise ValueError("nothing to evaluate: no replicate and no extra sample")
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *cores)
-    resampled = np.arange(total) < b
-    keys = jax.random.split(jax.random.key(seed), total)
     parts = max(1, min(int(threads), total))
-    while total % parts:  # equal parts share one compiled program
-        parts -= 1
+    padded = -(-total // parts) * parts  # equal parts share one compiled program
+    cores += [cores[-1]] * (padded - total)  # rows evaluated and dropped
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *cores)
+    resampled = np.arange(padded) < b
+    keys = jax.random.split(jax.random.key(seed), total)
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], padded - total, axis=0)])
     run = functools.partial(
         _nested,
         sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
@@ -297,10 +298,10 @@ def nested_bootstrap(
         settings=settings,
         metric_list=metric_list,
         gains=gains,
-        batch_size=int(max(1, min(batch_size, total // parts))),
+        batch_size=int(max(1, min(batch_size, padded // parts))),
         num_atoms=int(num_atoms or 1 << 30),
     )
-    size = total // parts
+    size = padded // parts
     part = lambda i: (
         keys[i * size : (i + 1) * size],
         jax.tree.map(lambda a: a[i * size : (i + 1) * size], stacked),
@@ -311,4 +312,4 @@ def nested_bootstrap(
     got = [np.concatenate(p) for p in zip(*done, strict=True)]
     got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in got]
     reps = Nested(np.asarray(sizes, np.float64), *(a[..., :b] for a in got))
-    return reps, np.moveaxis(got[0][..., b:], -1, 0)
+    return reps, np.moveaxis(got[0][..., b:total], -1, 0)
