@@ -4,7 +4,8 @@ Command:
   python launch.py --config=configs/predict.py --config.scores=FILE.npz \
       --config.n_target=100000000 --config.k=1000 --workdir=DIR
 Writes DIR/prediction.json, DIR/prediction_curve.png and the hardness artifact DIR/hardness.npz;
-about 29 s and 1.1 GB on 2 CPU cores for 1,200 queries (22 s of it the nested bootstrap).
+about 20-30 s and 1.1 GB on 2 CPU cores for 1,200 queries (benchmarks/README.md,
+"predict_speed.py").
 
 From the artifact, at any N and k, without the scores (seconds):
   python launch.py --config=configs/predict.py --config.artifact=DIR/hardness.npz \

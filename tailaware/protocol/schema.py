@@ -318,19 +318,22 @@ def format_table(p: Prediction) -> str:
     """Returns a plain-text table of a prediction and its baselines (warnings first)."""
     k, n = p.k, p.n_target
     others = list(p.metrics.values())[1:]
+    names = {"at_sample": "evaluate-at-S", "count": "count (K/S)"}
+    first = p.estimator + " (prediction)"
+    labels = [first, *(names.get(b, b) for b in p.baselines), *(m.label for m in others)]
+    w = max(22, *(len(s) + 2 for s in labels))  # the label column
     lines = list(p.diagnostics.summary[: -1 - len(others)]) if p.diagnostics is not None else []
     lines += [
         f"mAP@{k} at N = {n:,} from S = {p.n_sample:,} sampled distractors "
         f"({len(p.per_query_ap)} queries)",
-        f"  {'estimator':<22}{'mAP@' + str(k):>10}",
-        f"  {p.estimator + ' (prediction)':<22}{p.map:>10.4f}",
+        f"  {'estimator':<{w}}{'mAP@' + str(k):>10}",
+        f"  {first:<{w}}{p.map:>10.4f}",
     ]
     if p.interval is not None:
         lo, hi = p.interval.ci90.reported
         lines[-1] += f"   90% CI [{lo:.4f}, {hi:.4f}]"
     for name, value in p.baselines.items():
-        label = {"at_sample": "evaluate-at-S", "count": "count (K/S)"}.get(name, name)
-        lines.append(f"  {label:<22}{float(value):>10.4f}")
+        lines.append(f"  {names.get(name, name):<{w}}{float(value):>10.4f}")
     if others:
         lines.append(f"  other metrics ({p.estimator})")
     for m in others:
@@ -339,7 +342,7 @@ def format_table(p: Prediction) -> str:
             if m.interval is None
             else "   90% CI [{:.4f}, {:.4f}]".format(*m.interval.ci90.reported)
         )
-        lines.append(f"  {m.label:<22}{m.value:>10.4f}{ci}")
+        lines.append(f"  {m.label:<{w}}{m.value:>10.4f}{ci}")
     if p.report is not None:
         lines += report_lines(p.report, k)
     return "\n".join(lines)
