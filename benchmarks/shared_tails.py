@@ -16,11 +16,16 @@ default `evt_averaged`:
   S / 2^L: the shift at which the sub-sample's prediction of the sample's own realized mAP@k
   crosses it, against the shift the truth at N wants (`--subsample`; slow).
 
+`--clusters` prints instead, per draw, statistics of each query's top sampled excesses against
+its own plug-in fit (a benchmark-level test for near-duplicate clusters above the sampled
+tails): the share of queries whose largest excess is beyond the fit at p < 0.05 and p < 0.01,
+the median Anderson-Darling statistic, the median fitted count above the 5th largest excess.
+
 Prints one line per draw and the MAE and bias per family (simulated, half, large) and fraction;
 `--out` writes the records (JSON).
 
 Command (the dev manifest of `benchmarks/text_galleries.py`):
-  python benchmarks/shared_tails.py --manifest=CACHE/manifest.json [--subsample]
+  python benchmarks/shared_tails.py --manifest=CACHE/manifest.json [--subsample | --clusters]
 """
 
 import argparse
@@ -49,6 +54,7 @@ def _parse():
     p.add_argument("--draws", type=int, default=2)
     p.add_argument("--num_queries", type=int, default=300, help="per simulated benchmark")
     p.add_argument("--subsample", action="store_true", help="also the sub-sample calibration")
+    p.add_argument("--clusters", action="store_true", help="only the cluster statistics")
     p.add_argument("--out", default="")
     return p.parse_args()
 
@@ -143,6 +149,32 @@ def crossing(err) -> float:
     return float(SHIFTS[0] if err[0] < 0 else SHIFTS[-1])
 
 
+def gpd_survival(y, xi, sigma):
+    """Returns the GPD survival at excesses y (0 beyond a bounded fit's endpoint)."""
+    exponential = np.abs(xi) < 1e-9
+    safe = np.where(exponential, 1.0, xi)
+    bounded = np.maximum(1.0 + xi * y / sigma, 0.0) ** (-1.0 / safe)
+    return np.where(exponential, np.exp(-y / sigma), bounded)
+
+
+def cluster_stats(scores, h, settings) -> dict:
+    """Returns the `--clusters` statistics of one draw (see the module docstring)."""
+    fit = h.fit
+    m = min(scores.tail_scores.shape[1], int(scores.n_sample), settings.top_m)
+    tail = dequantize.spread_ties(scores.tail_scores[:, :m], settings.tie_share).astype(float)
+    xi, sigma, u, n_u = (np.asarray(a, float) for a in (fit.xi, fit.sigma, fit.u, fit.n_exceed))
+    top = gpd_survival(tail[:, 0] - u, xi, sigma)
+    p = -np.expm1(n_u * np.log1p(-np.clip(top, 0.0, 1.0 - 1e-15)))  # the maximum's p-value
+    ok = np.isfinite(p) & (n_u > 0)
+    fifth = n_u * gpd_survival(tail[:, 4] - u, xi, sigma)
+    return {
+        "p<0.05": float(np.mean(p[ok] < 0.05)),
+        "p<0.01": float(np.mean(p[ok] < 0.01)),
+        "ad": float(np.nanmedian(np.asarray(fit.ad, float))),
+        "above 5th": float(np.median(fifth[ok])),
+    }
+
+
 def main():
     args = _parse()
     settings = PredictSettings(k=args.k)
@@ -158,6 +190,11 @@ def main():
                 truth = metrics.map_from_counts(truth_counts, k, scores.fixed_counts)
                 h = estimators.get("evt_averaged")(scores, tail)
                 rec = {"cell": cell.name, "f": f, "seed": seed, "truth": truth}
+                if args.clusters:
+                    rec.update(cluster_stats(scores, h, tail))
+                    records.append(rec)
+                    print(json.dumps(rec), f"({time.time() - t0:.0f} s)", flush=True)
+                    continue
                 rec["default"] = float(map_of(scores, h.atoms, h.weights[None], n, k)[0]) - truth
                 for quantile in (0.95, 0.975):
                     x = pooled_hardness(scores, tail, quantile)
@@ -188,6 +225,8 @@ def main():
                     f"({time.time() - t0:.0f} s)",
                     flush=True,
                 )
+    if args.clusters:
+        return _write(records, args.out)
     family = lambda c: (
         "simulated" if not c.startswith("text") else ("large" if c.endswith("-large") else "half")
     )
@@ -208,8 +247,12 @@ def main():
             print(
                 f"shift from S/{level} vs wanted: correlation {np.corrcoef(got, wanted)[0, 1]:.2f}"
             )
-    if args.out:
-        with open(args.out, "w") as fh:
+    _write(records, args.out)
+
+
+def _write(records, path):
+    if path:
+        with open(path, "w") as fh:
             json.dump(records, fh)
 
 
