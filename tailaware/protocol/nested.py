@@ -154,8 +154,8 @@ def resample(key, tail, pos, counts, mask):
 )
 def _nested(
     keys,
+    rows,
     cores: functional.Core,
-    resampled,
     sizes,
     items,
     *,
@@ -172,7 +172,9 @@ def _nested(
     q = cores.tail.shape[1]
 
     def one(args):
-        key, c, drawn_again = args
+        key, row = args  # row 0: the sample, resampled; row i > 0: extra sample i, as it is
+        c = jax.tree.map(lambda a: a[row], cores)
+        drawn_again = row == 0
         k_q, k_d = jax.random.split(key)
         tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
         tail = jnp.where(drawn_again, tail, c.tail)
@@ -220,7 +222,7 @@ def _nested(
             jnp.sum(per_item * w_i, -1) / jnp.sum(w_i, -1),
         )
 
-    return jax.lax.map(one, (keys, cores, resampled), batch_size=batch_size)
+    return jax.lax.map(one, (keys, rows), batch_size=batch_size)
 
 
 def nested_bootstrap(
@@ -275,20 +277,22 @@ def nested_bootstrap(
     metric_list = tuple(metric_list)
     gains = tuple(dict.fromkeys(m.gain for m in metric_list))
     b = int(num_replicates)
-    full = functional.core(scores, settings)
-    cores = [full] * b + [functional.core(x, settings, reference=scores) for x in extra]
-    total = len(cores)
+    cores = [functional.core(scores, settings)]
+    cores += [functional.core(x, settings, reference=scores) for x in extra]
+    cores = jax.tree.map(lambda *a: jnp.stack(a), *cores)  # [1 + len(extra), ...]
+    rows = np.concatenate([np.zeros(b, np.int32), np.arange(1, 1 + len(extra), dtype=np.int32)])
+    total = rows.size
     if total == 0:
         raise ValueError("nothing to evaluate: no replicate and no extra sample")
     parts = max(1, min(int(threads), total))
-    padded = -(-total // parts) * parts  # equal parts share one compiled program
-    cores += [cores[-1]] * (padded - total)  # rows evaluated and dropped
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *cores)
-    resampled = np.arange(padded) < b
+    size = -(-total // parts)  # equal parts share one compiled program
     keys = jax.random.split(jax.random.key(seed), total)
-    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], padded - total, axis=0)])
+    pad = size * parts - total  # rows evaluated and dropped
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
+    rows = jnp.asarray(np.concatenate([rows, np.repeat(rows[-1:], pad)]))
     run = functools.partial(
         _nested,
+        cores=cores,
         sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         items=None if items is None else jax.tree.map(jnp.asarray, items),
         tables=law.rank_tables(int(k), gains),
@@ -298,15 +302,10 @@ def nested_bootstrap(
         settings=settings,
         metric_list=metric_list,
         gains=gains,
-        batch_size=int(max(1, min(batch_size, padded // parts))),
+        batch_size=int(max(1, min(batch_size, size))),
         num_atoms=int(num_atoms or 1 << 30),
     )
-    size = padded // parts
-    part = lambda i: (
-        keys[i * size : (i + 1) * size],
-        jax.tree.map(lambda a: a[i * size : (i + 1) * size], stacked),
-        jnp.asarray(resampled[i * size : (i + 1) * size]),
-    )
+    part = lambda i: (keys[i * size : (i + 1) * size], rows[i * size : (i + 1) * size])
     with futures.ThreadPoolExecutor(parts) as pool:
         done = list(pool.map(lambda i: jax.device_get(run(*part(i))), range(parts)))
     got = [np.concatenate(p) for p in zip(*done, strict=True)]
