@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tailaware.core import evaluate, metrics  # noqa: E402
 from tailaware.protocol import baselines, budget, validation  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
-from tailaware.tail import dequantize, estimators, evt  # noqa: E402
+from tailaware.tail import dequantize, estimators, evt, gpd  # noqa: E402
 
 SHIFTS = np.array([-0.04, -0.02, 0.0, 0.02, 0.04, 0.06, 0.08, 0.10, 0.14])
 PIS = np.linspace(0.0, 1.0, 41)
@@ -149,24 +149,17 @@ def crossing(err) -> float:
     return float(SHIFTS[0] if err[0] < 0 else SHIFTS[-1])
 
 
-def gpd_survival(y, xi, sigma):
-    """Returns the GPD survival at excesses y (0 beyond a bounded fit's endpoint)."""
-    exponential = np.abs(xi) < 1e-9
-    safe = np.where(exponential, 1.0, xi)
-    bounded = np.maximum(1.0 + xi * y / sigma, 0.0) ** (-1.0 / safe)
-    return np.where(exponential, np.exp(-y / sigma), bounded)
-
-
 def cluster_stats(scores, h, settings) -> dict:
     """Returns the `--clusters` statistics of one draw (see the module docstring)."""
     fit = h.fit
     m = min(scores.tail_scores.shape[1], int(scores.n_sample), settings.top_m)
     tail = dequantize.spread_ties(scores.tail_scores[:, :m], settings.tie_share).astype(float)
     xi, sigma, u, n_u = (np.asarray(a, float) for a in (fit.xi, fit.sigma, fit.u, fit.n_exceed))
-    top = gpd_survival(tail[:, 0] - u, xi, sigma)
+    survival = lambda y: np.exp(np.asarray(gpd.log_survival(y, xi, sigma), np.float64))
+    top = survival(tail[:, 0] - u)
     p = -np.expm1(n_u * np.log1p(-np.clip(top, 0.0, 1.0 - 1e-15)))  # the maximum's p-value
     ok = np.isfinite(p) & (n_u > 0)
-    fifth = n_u * gpd_survival(tail[:, 4] - u, xi, sigma)
+    fifth = n_u * survival(tail[:, 4] - u)
     return {
         "p<0.05": float(np.mean(p[ok] < 0.05)),
         "p<0.01": float(np.mean(p[ok] < 0.01)),
