@@ -57,14 +57,15 @@ def eb_atoms(scores, h, counted):
     c = scores.pos_counts[scores.mask].astype(float)
     grid = np.geomspace(1e-3 / s, min(1.0, 3.0 * (c.max() + 10) / s), 600)
     g = npmle(c, s, grid)
+    qs, ps = np.nonzero(counted)
+    post = g * np.exp(stats.poisson.logpmf(scores.pos_counts[qs, ps][:, None], s * grid))
+    cdf = np.cumsum(post, axis=1) / post.sum(axis=1, keepdims=True)  # [n, grid]
+    order = np.argsort(-h.weights, axis=1)  # each query's atoms, heaviest first
+    w = np.take_along_axis(h.weights, order, axis=1)[qs]  # [n, A]
+    mid = np.cumsum(w, axis=1) - w / 2  # each atom's mid cumulative weight
+    at = np.minimum((cdf[:, None, :] < mid[:, :, None]).sum(axis=-1), grid.size - 1)
     atoms = h.atoms.copy()
-    order = np.argsort(-h.weights, axis=1)
-    for q, p in zip(*np.nonzero(counted), strict=True):
-        w = h.weights[q, order[q]]
-        mid = np.cumsum(w) - w / 2
-        post = g * np.exp(stats.poisson.logpmf(scores.pos_counts[q, p], s * grid))
-        cdf = np.cumsum(post) / post.sum()
-        atoms[q, p, order[q]] = grid[np.minimum(np.searchsorted(cdf, mid), grid.size - 1)]
+    atoms[qs[:, None], ps[:, None], order[qs]] = grid[at]
     return atoms
 
 
