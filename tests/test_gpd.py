@@ -1,5 +1,9 @@
 """Tests of the constrained GPD fitter against independent references (numpy grid, scipy)."""
 
+import os
+import subprocess
+import sys
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -489,3 +493,32 @@ def test_profile_in_xi_heavy_matches_scipy(xi_true, n):
         )
         np.testing.assert_allclose(float(sigma[i]), np.exp(res.x), rtol=1e-4)
         np.testing.assert_allclose(float(ll[i]), -res.fun, rtol=1e-6, atol=1e-6)
+
+
+_FIT_IN_SUBPROCESS = """
+import jax, numpy as np
+from tailaware.tail import gpd
+y = np.random.default_rng(7).gamma(2.0, 0.01, (200, 64)).astype(np.float32)
+fit = jax.jit(jax.vmap(gpd.fit))(y, np.ones_like(y, bool))
+t, e = gpd._grid_constants(gpd.s_grid())
+print(np.concatenate([t, e, np.asarray(fit.xi), np.asarray(fit.sigma)]).tobytes().hex())
+"""
+
+
+def test_fits_do_not_follow_numpy_cpu_dispatch():
+    """The same fits with numpy's AVX-512 kernels switched off: numpy's float32 exp and expm1
+    differ in the last bit between CPU-specific kernels, and a flat profile's grid argmax follows
+    that bit (issue: the golden test failed on AVX-512 CPUs). On a CPU without those kernels both
+    runs take the same path, and the test only checks that the run is repeatable."""
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    avx512 = [f for f in __cpu_dispatch__ if "AVX512" in f or f == "X86_V4"]
+    runs = []
+    for disabled in ("", " ".join(f for f in avx512 if __cpu_features__.get(f, True))):
+        env = dict(os.environ, JAX_PLATFORMS="cpu", NPY_DISABLE_CPU_FEATURES=disabled)
+        out = subprocess.run(
+            [sys.executable, "-c", _FIT_IN_SUBPROCESS], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(out.stdout.strip())
+    assert runs[0] == runs[1]

@@ -54,6 +54,7 @@ References:
     distribution. Technometrics.
 """
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -75,7 +76,7 @@ NEWTON_ITERS = 8
 # A Newton step below this (relative to 1 + |s|, ~8 float32 ulps) ends the iteration.
 NEWTON_TOL = 1e-6
 GRID_SIZE = 48
-_LOG2 = float(np.log(2.0))
+_LOG2 = math.log(2.0)
 
 
 class GPDFit(NamedTuple):
@@ -107,7 +108,19 @@ class GPDFit(NamedTuple):
 def s_grid(dtype=np.float32) -> np.ndarray:
     """Returns the [GRID_SIZE] search grid in s = -log(1 - t) (s = 0 excluded), as numpy."""
     j = np.arange(1, GRID_SIZE + 1) / GRID_SIZE
-    return (S_MAX[np.dtype(dtype)] * j**1.5).astype(dtype)
+    return (S_MAX[np.dtype(dtype)] * j * np.sqrt(j)).astype(dtype)
+
+
+def _grid_constants(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (t, exp(-s)) at the grid points, in the grid's dtype, the same on every CPU.
+
+    numpy's float32 exp and expm1 dispatch to CPU-specific kernels (AVX-512 or not) that differ
+    in the last bit, and a flat profile's grid argmax can follow that bit; the C library's
+    float64 functions, rounded once to the grid's dtype, do not differ.
+    """
+    t = [-math.expm1(-float(s)) for s in grid]
+    e = [math.exp(-float(s)) for s in grid]
+    return np.asarray(t).astype(grid.dtype), np.asarray(e).astype(grid.dtype)
 
 
 def _log_q(s, z, w):
@@ -131,8 +144,7 @@ def _grid_profile(z, w, n):
     """Returns the profile log-likelihood / n and mean(log(1 - t z)) on the grid, [GRID_SIZE]."""
     grid = s_grid(z.dtype)
     near = grid < _LOG2  # static: each grid point evaluates one branch only
-    t = -np.expm1(-grid)
-    e = np.exp(-grid)
+    t, e = _grid_constants(grid)
     parts = []
     if near.any():
         tn = jnp.asarray(t[near])
