@@ -11,7 +11,7 @@ the full pool and at a quarter of it, and an id-hash sample of each fraction, ne
 predicts mAP@k at both sizes from each sample: the mean error (prediction minus truth) and the
 mean absolute error of `evt_averaged`, `evt`, `count` and evaluate-at-S over the benchmarks,
 and how often the 90% interval of `evt_averaged` without its nested bootstrap (the query
-bootstrap widened by the threshold and prior terms, `intervals.size_intervals`; in brackets the
+bootstrap widened by the threshold and prior terms, `intervals.item_intervals`; in brackets the
 query interval alone) held the truth at the full pool.
 
 Command (2 CPU cores; 40-80 s per benchmark, 12 at the defaults, about 15 minutes):

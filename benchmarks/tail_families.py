@@ -10,7 +10,7 @@ mean error (prediction minus realized truth) of `evt_averaged`, `evt` and `count
 independent draws, the mean absolute error of each estimator over all cells, and how often the
 90% interval of `evt_averaged` held the truth (the reported interval without its nested
 bootstrap: the query bootstrap widened by the threshold and prior terms, `intervals.
-size_intervals`; and the query interval alone).
+item_intervals`; and the query interval alone).
 
 `--grid sizes` asks the same at other gallery sizes and sample fractions (N = 7.6e5 to 1e9,
 S = 1e4 to 3e7: a GLDv2-sized pool, small samples whose top 4,000 reach deep into the bulk,

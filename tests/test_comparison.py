@@ -6,6 +6,7 @@ import json
 import ml_collections
 import numpy as np
 import pytest
+from scipy import stats
 
 from tailaware.configs import compare as compare_config
 from tailaware.core.results import Interval, Prediction
@@ -20,15 +21,47 @@ def test_sign_and_probability():
     rng = np.random.default_rng(0)
     base = rng.beta(0.6, 0.9, 600)  # shared query difficulty dominates the variance
     a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
-    out = compare.paired(a, base)
+    out = compare.paired(a, base, sd_distractor_a=0.004, sd_distractor_b=0.003)
     assert out["difference"] > 0 and out["p_a_beats_b"] > 0.99 and out["resolved"]
-    rev = compare.paired(base, a)
+    assert out["ci90_queries"][0] > 0
+    rev = compare.paired(base, a, sd_distractor_a=0.003, sd_distractor_b=0.004)
     assert rev["difference"] == pytest.approx(-out["difference"])
     assert rev["p_a_beats_b"] < 0.01
-    # Pairing cancels the shared query difficulty: the margin it resolves is a small fraction
-    # of what two independent query sets would allow.
+    # Pairing cancels the shared query difficulty: the interval over queries like these is a
+    # small fraction of what two independent query sets would allow.
     unpaired = 1.645 * np.sqrt((a.var() + base.var()) / 600)
-    assert out["resolvable_margin"] < unpaired / 3
+    lo, hi = out["ci90_queries"]
+    assert (hi - lo) / 2 < unpaired / 3
+
+
+def test_these_queries_interval_is_the_distractor_and_model_terms():
+    """For these queries the difference is uncertain only through the two distractor samples
+    and the model term: a normal interval of their quadrature sum (written out here), which the
+    interval over queries like these contains."""
+    rng = np.random.default_rng(3)
+    base = rng.beta(0.6, 0.9, 400)
+    a = np.clip(base + 0.01 + 0.02 * rng.standard_normal(400), 0, 1)
+    factors = IntervalSettings(threshold_sd=1.0, prior_sd=0.5)
+    out = compare.paired(
+        a,
+        base,
+        sd_distractor_a=0.004,
+        sd_distractor_b=0.003,
+        deviation=0.002,
+        prior_deviation=0.004,
+        settings=factors,
+    )
+    sd = np.sqrt(0.004**2 + 0.003**2 + 0.002**2 + (0.5 * 0.004) ** 2)
+    d = float(np.mean(a - base))
+    assert out["sd"] == pytest.approx(sd)
+    assert out["ci90"] == pytest.approx((d - 1.6448536 * sd, d + 1.6448536 * sd))
+    assert out["ci95"] == pytest.approx((d - 1.959964 * sd, d + 1.959964 * sd))
+    assert out["p_a_beats_b"] == pytest.approx(stats.norm.cdf(d / sd))
+    for tag in ("ci90", "ci95"):
+        lo, hi = out[tag]
+        qlo, qhi = out[f"{tag}_queries"]
+        assert qlo < lo and hi < qhi
+    assert out["sd_queries"] > out["sd"]
 
 
 def test_no_difference_is_not_resolved_and_margin_scales():
@@ -38,13 +71,14 @@ def test_no_difference_is_not_resolved_and_margin_scales():
         base = rng.beta(0.6, 0.9, 300)
         a = base + 0.02 * rng.standard_normal(300)
         b = base + 0.02 * rng.standard_normal(300)
-        hits.append(compare.paired(a, b, 400, seed=t)["resolved"])
+        lo, hi = compare.paired(a, b, num_replicates=400, seed=t)["ci90_queries"]
+        hits.append(lo > 0 or hi < 0)
     assert np.mean(hits) < 0.2  # a 90% interval excludes 0 about 10% of the time
     a, b = base + 0.01, base
-    plain = compare.paired(a + 0.02 * rng.standard_normal(300), b)
-    a_noisy = a + 0.02 * rng.standard_normal(300)
-    noisy = compare.paired(a_noisy, b, sd_distractor_a=0.01, sd_distractor_b=0.01)
+    plain = compare.paired(a, b, sd_distractor_a=0.002)
+    noisy = compare.paired(a, b, sd_distractor_a=0.01, sd_distractor_b=0.01)
     assert noisy["resolvable_margin"] > plain["resolvable_margin"]
+    assert plain["resolved"] and not noisy["resolved"]
     with pytest.raises(ValueError, match="same queries"):
         compare.paired(a, b[:-1])
 
@@ -84,10 +118,12 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     base = rng.beta(0.6, 0.9, 600)
     a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
     factors = IntervalSettings(threshold_sd=1.0)  # the default leaves the threshold term out
-    plain = compare.paired(a, base, 4000, settings=factors)
-    wide = compare.paired(a, base, 4000, deviation=0.01, settings=factors)
-    expected = np.hypot(plain["sd"], factors.threshold_sd * 0.01)
-    assert wide["sd"] == pytest.approx(expected, rel=0.05)
+    plain = compare.paired(a, base, num_replicates=4000, sd_distractor_a=0.002, settings=factors)
+    wide = compare.paired(
+        a, base, num_replicates=4000, sd_distractor_a=0.002, deviation=0.01, settings=factors
+    )
+    assert wide["sd"] == pytest.approx(np.hypot(plain["sd"], factors.threshold_sd * 0.01))
+    assert wide["sd_queries"] == pytest.approx(np.hypot(plain["sd_queries"], 0.01), rel=1e-6)
     assert wide["difference"] == plain["difference"]
     assert wide["p_a_beats_b"] < plain["p_a_beats_b"]
     assert wide["resolvable_margin"] > 2 * plain["resolvable_margin"]
@@ -118,9 +154,27 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
     diff = np.asarray(a["per_query_ap"]) - np.asarray(b["per_query_ap"])
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
-    expect = np.sqrt(sd_pairs**2 + sd_d[0] ** 2 + sd_d[1] ** 2)
-    expect = np.hypot(expect, IntervalSettings().threshold_sd * out["threshold_deviation"])
-    assert out["sd"] == pytest.approx(expect, rel=0.1)
+    factors = IntervalSettings()
+    these = np.sqrt(
+        sd_d[0] ** 2
+        + sd_d[1] ** 2
+        + (factors.threshold_sd * out["threshold_deviation"]) ** 2
+        + (factors.prior_sd * out["prior_deviation"]) ** 2
+    )
+    assert out["sd"] == pytest.approx(these, rel=1e-9)  # for these queries: no query term
+    assert out["sd_queries"] == pytest.approx(np.hypot(these, sd_pairs), rel=0.1)
+    assert out["ci90_queries"][0] < out["ci90"][0] < out["ci90"][1] < out["ci90_queries"][1]
+
+    # A prediction.json written before there were two intervals (its `ci90` the interval over
+    # queries like these) still reads: that interval, and the one for these queries rebuilt.
+    old = json.loads(json.dumps(a))
+    for d in (old, *old["metrics"].values()):
+        for tag in ("ci90", "ci95"):
+            d[tag] = d.pop(f"{tag}_queries")
+            del d["uncertainty"][f"{tag}_queries"]
+    typed_old = schema.prediction_from_json(old)
+    assert typed_old.interval.ci90.queries == pytest.approx(a["ci90_queries"])
+    assert typed_old.interval.ci90.reported == pytest.approx(a["ci90"], abs=1e-12)
 
     # Predictions of other queries, or at another N, are refused by name.
     typed_a, typed_b = (schema.prediction_from_json(p) for p in preds)

@@ -443,7 +443,7 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # and q = 0.9 (and the averaged estimator's, over its 0.975 quantile, those of 0.9875 and
     # 0.95): the reruns (one vmapped program with the estimate) against the estimator run at
     # those quantiles; the estimate itself is the one computed without reruns.
-    got = evt.estimate(scores, _settings(), evt.ESTIMATOR_METHODS[name], reruns=True)
+    got = evt.estimate(scores, _settings(), estimators.tail_method(name), reruns=True)
     alone = estimators.get(name)(scores, _settings())
     assert alone.reruns == ()
     np.testing.assert_allclose(got.x, alone.x, rtol=1e-4, atol=1e-12)  # float32 rounding

@@ -58,16 +58,20 @@ def test_intervals_nest_and_contain_the_point():
     out = intervals.intervals(0.5, q_reps, SETTINGS, nested)
     assert out.method == "nested"
     for b in (out.ci90, out.ci95):
-        lo, hi = b.reported
+        lo, hi = b.queries
         qlo, qhi = b.query
         assert lo < qlo < 0.5 < qhi < hi  # widened in quadrature, around the point
         dlo, dhi = b.distractor
         assert dlo < 0.5 < dhi  # re-centred on the point
+        # For these queries: the distractor part alone (no model term here), inside the other.
+        assert b.reported == b.distractor and lo < dlo and dhi < hi
     # sqrt(2) wider when the two sds are equal.
-    assert np.subtract(*out.ci90.reported[::-1]) / np.subtract(*out.ci90.query[::-1]) == (
+    assert np.subtract(*out.ci90.queries[::-1]) / np.subtract(*out.ci90.query[::-1]) == (
         pytest.approx(np.sqrt(2.0), rel=0.15)
     )
-    assert intervals.intervals(0.5, q_reps, SETTINGS).ci90.reported == out.ci90.query
+    alone = intervals.intervals(0.5, q_reps, SETTINGS).ci90
+    assert alone.queries == out.ci90.query
+    assert alone.reported == (0.5, 0.5)  # nothing measured but the queries
 
 
 def test_intervals_add_the_threshold_deviation_in_quadrature():
@@ -76,12 +80,15 @@ def test_intervals_add_the_threshold_deviation_in_quadrature():
     nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
     plain = intervals.intervals(0.5, q_reps, SETTINGS, nested)
     out = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02)
-    assert plain.ci90.reported == plain.ci90.sampling == out.ci90.sampling
+    assert plain.ci90.sampling == out.ci90.sampling
     assert out.sd_model == pytest.approx(SETTINGS.threshold_sd * 0.02)
     for b, z in ((out.ci90, 1.6449), (out.ci95, 1.9600)):
-        (lo, hi), (slo, shi) = b.reported, b.sampling
+        (lo, hi), (slo, shi) = b.reported, b.distractor
         assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, z * out.sd_model), rel=1e-4)
         assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, z * out.sd_model), rel=1e-4)
+        (wlo, whi), (qlo, qhi) = b.queries, b.query
+        assert 0.5 - wlo == pytest.approx(np.hypot(0.5 - lo, 0.5 - qlo), rel=1e-4)
+        assert whi - 0.5 == pytest.approx(np.hypot(hi - 0.5, qhi - 0.5), rel=1e-4)
 
 
 def test_intervals_add_the_prior_deviation_to_the_model_term():
@@ -90,9 +97,11 @@ def test_intervals_add_the_prior_deviation_to_the_model_term():
     out = intervals.intervals(0.5, q_reps, SETTINGS, deviation=0.02, prior_deviation=0.03)
     want = np.hypot(SETTINGS.threshold_sd * 0.02, SETTINGS.prior_sd * 0.03)
     assert out.sd_model == pytest.approx(want) and out.prior_deviation == 0.03
-    (lo, hi), (slo, shi) = out.ci90.reported, out.ci90.sampling
+    (lo, hi), (slo, shi) = out.ci90.queries, out.ci90.query
     assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, 1.6449 * want), rel=1e-4)
     assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, 1.6449 * want), rel=1e-4)
+    # For these queries, without a distractor term: the model term alone.
+    assert out.ci90.reported == pytest.approx((0.5 - 1.6449 * want, 0.5 + 1.6449 * want), rel=1e-4)
 
 
 def test_intervals_stay_inside_the_range_of_the_metric():
@@ -105,7 +114,7 @@ def test_intervals_stay_inside_the_range_of_the_metric():
         z = 1.6449
         wide = z * np.hypot(out.sd_model, 0.02)  # the unclipped interval reaches this far
         assert point + wide > 1.0 or point - wide < 0.0
-        parts = (out.ci95.reported, *out.ci90)
+        parts = (out.ci95.reported, out.ci95.queries, *out.ci90)
         for lo, hi in parts:
             assert 0.0 <= lo <= point <= hi <= 1.0, (lo, hi)
 
@@ -122,8 +131,9 @@ def _deviations(sc, settings, h, n):
 def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     # A bounded (Kumaraswamy) law at a 1% sample of a 10^6 pool: the GPD tail over-prices the
     # positives (the prediction errs low by several query standard errors), which resampling
-    # queries or distractors does not reveal. The reported interval, widened by the estimator's
-    # threshold sensitivity, holds the realized truth; the sampling interval alone does not.
+    # queries or distractors does not reveal. The interval over queries like these, widened by
+    # the estimator's threshold sensitivity, holds the realized truth; the sampling interval
+    # alone does not.
     settings = TILT
     bench = simulate.make_benchmark(200, 10**6, "kumaraswamy", seed=0, **simulate.REGIMES["paper"])
     d = simulate.draw(bench, 0.01, 4000, seed=0)
@@ -136,15 +146,15 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
     lo, hi = out.ci90.sampling
     assert not lo <= truth <= hi, (lo, truth, hi)
-    lo, hi = out.ci90.reported
+    lo, hi = out.ci90.queries
     assert lo <= truth <= hi, (lo, truth, hi)
 
 
 def test_prior_term_covers_a_bias_the_threshold_term_misses():
     # A Gaussian cut at 4.5-7 sd (`truncnorm`), 1% samples of a 10^8 pool: the long-tail prior
     # prices the positives just above the cut, so the prediction errs low by several points.
-    # The reported interval (threshold and prior terms) holds the realized truth in each of
-    # four independent benchmarks; the threshold term alone misses one of them.
+    # The interval over queries like these (threshold and prior terms) holds the realized truth
+    # in each of four independent benchmarks; the threshold term alone misses one of them.
     settings = TILT
     missed = []
     for seed in range(4):
@@ -160,9 +170,9 @@ def test_prior_term_covers_a_bias_the_threshold_term_misses():
         dev, prior = _deviations(sc, settings, h, 1e8)
         reps = intervals.query_bootstrap(aps, 1000)
         out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
-        lo, hi = out.ci90.reported
+        lo, hi = out.ci90.queries
         assert lo <= truth <= hi, (seed, lo, truth, hi)
         only = intervals.intervals(point, reps, TILT_INTERVALS, None, dev)
-        lo, hi = only.ci90.reported
+        lo, hi = only.ci90.queries
         missed.append(not lo <= truth <= hi)
     assert any(missed)  # seed 1 (truth 0.353, the threshold-only interval ends at 0.349)

@@ -14,6 +14,8 @@ Shapes: Q queries, P positive slots (padded; `mask`), A atoms of a hardness post
 threshold reruns, T other priors.
 """
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -110,19 +112,27 @@ class Hardness(NamedTuple):
 class Bounds(NamedTuple):
     """One level's intervals, each (lo, hi) within the metric's range.
 
+    Two questions, two intervals: what will the full evaluation print for these queries (the
+    realized value at N: `reported`, the headline), and how good is the system on queries like
+    these (`queries`: the same with the query bootstrap's term).
+
     Attributes:
-      reported: the interval the prediction reports: `sampling` widened by the tail model's own
-        error (`Interval.sd_model`).
+      reported: the interval for these queries: the distractor sample's part widened by the
+        tail model's own error (`Interval.sd_model`); the point alone when neither is measured.
       sampling: the sampling interval: `query` widened by the distractor sample's noise (nested
         bootstrap), or `query` itself without it.
       query: the query bootstrap's percentile interval.
       distractor: the distractor sample's part alone; None without a distractor term.
+      queries: the interval over queries like these: `reported` widened on each side, in
+        quadrature, by `query` (so it contains `reported`); None in a file written before there
+        were two.
     """
 
     reported: tuple[float, float]
     sampling: tuple[float, float]
     query: tuple[float, float]
     distractor: tuple[float, float] | None = None
+    queries: tuple[float, float] | None = None
 
 
 class Interval(NamedTuple):
@@ -162,14 +172,16 @@ class Curve(NamedTuple):
     Attributes:
       n: [G] gallery sizes, ascending.
       values: [G] the predicted metric.
-      ci90: [G] reported 90% intervals (lo, hi).
+      ci90: [G] reported 90% intervals (lo, hi), for these queries (`Bounds.reported`).
       sd_distractor: [G] the distractor sample's sd at each size, or None (no nested bootstrap).
+      ci90_queries: [G] the 90% intervals over queries like these (`Bounds.queries`), or None.
     """
 
     n: tuple[float, ...]
     values: tuple[float, ...]
     ci90: tuple[tuple[float, float], ...]
     sd_distractor: tuple[float, ...] | None = None
+    ci90_queries: tuple[tuple[float, float], ...] | None = None
 
 
 class MetricPrediction(NamedTuple):
@@ -188,6 +200,11 @@ class MetricPrediction(NamedTuple):
     per_query: np.ndarray
     interval: Interval | None = None
     curve: Curve | None = None
+
+    @property
+    def metric(self) -> str:
+        """The metric's name in `tailaware.core.metrics.METRICS` (the label before its "@k")."""
+        return self.label.partition("@")[0]
 
 
 class OtherMetrics(NamedTuple):
@@ -277,7 +294,8 @@ class ReportValue(NamedTuple):
       value: percent.
       num_queries: the queries it averages (those whose instance has a positive in the group).
       num_instances: their instances.
-      ci90: its 90% interval in percent, or None (an exact evaluation).
+      ci90: its 90% interval in percent for these queries, or None (an exact evaluation).
+      ci90_queries: its 90% interval over queries like these, or None.
     """
 
     section: str
@@ -286,6 +304,7 @@ class ReportValue(NamedTuple):
     num_queries: int
     num_instances: int
     ci90: tuple[float, float] | None = None
+    ci90_queries: tuple[float, float] | None = None
 
 
 class Report(NamedTuple):
@@ -345,7 +364,7 @@ class Prediction(NamedTuple):
     diagnostics: Diagnostics | None = None
     artifact: tuple[str, dict] | None = None
     queries: str | None = None
-    metrics: dict = {}
+    metrics: Mapping[str, MetricPrediction] = MappingProxyType({})
     report: Report | None = None
 
 
@@ -356,9 +375,9 @@ class Comparison(NamedTuple):
       n_target, k: where they are compared.
       map_a, map_b: each system's predicted mAP@k.
       difference: mean AP difference A - B.
-      sd: its sd over the replicates (queries, both systems' distractor samples, tail models).
-      ci90, ci95: its intervals, within [-1, 1].
-      p_a_beats_b: the share of replicates with A > B.
+      sd: its sd for these queries (both systems' distractor samples and tail models).
+      ci90, ci95: its intervals for these queries, within [-1, 1].
+      p_a_beats_b: the probability that A > B on these queries (normal, sd `sd`).
       resolvable_margin: the difference at which the 90% interval would just exclude 0.
       resolved: the 90% interval excludes 0.
       threshold_deviation, prior_deviation: how far A - B moves when both tails' thresholds or
@@ -366,6 +385,8 @@ class Comparison(NamedTuple):
       metrics: label -> `Comparison` of every metric both predictions carry (mAP@k's repeats
         the fields above; `map_a`, `map_b` then hold that metric's values); empty when they
         carry only mAP@k.
+      sd_queries, ci90_queries, ci95_queries: the same over queries like these (the paired query
+        bootstrap added); None in a file written before there were two.
     """
 
     n_target: int
@@ -381,4 +402,7 @@ class Comparison(NamedTuple):
     resolved: bool
     threshold_deviation: float = 0.0
     prior_deviation: float = 0.0
-    metrics: dict = {}
+    metrics: Mapping[str, "Comparison"] = MappingProxyType({})
+    sd_queries: float | None = None
+    ci90_queries: tuple[float, float] | None = None
+    ci95_queries: tuple[float, float] | None = None

@@ -41,7 +41,10 @@ def run(config, workdir: str) -> None:
     settings = config_lib.predict_settings(config)
     try:
         out = comparison.compare(
-            *preds, int(config.replicates), int(config.seed), settings.intervals
+            *preds,
+            num_replicates=int(config.replicates),
+            seed=int(config.seed),
+            settings=settings.intervals,
         )
     except ValueError as e:
         raise ValueError(f"{config.a} vs {config.b}: {e}") from e
@@ -50,13 +53,14 @@ def run(config, workdir: str) -> None:
     atomic.write_json(os.path.join(workdir, "comparison.json"), schema.comparison_json(out, a, b))
     lo, hi = out.ci90
     logging.info(
-        "mAP@%d at N = %s: A - B = %+.4f, 90%% CI [%+.4f, %+.4f], P(A > B) = %.3f, resolvable "
-        "margin %.4f%s",
+        "mAP@%d at N = %s: A - B = %+.4f, 90%% CI [%+.4f, %+.4f] for these queries, "
+        "[%+.4f, %+.4f] over queries like these; P(A > B) = %.3f, resolvable margin %.4f%s",
         out.k,
         f"{out.n_target:,}",
         out.difference,
         lo,
         hi,
+        *out.ci90_queries,
         out.p_a_beats_b,
         out.resolvable_margin,
         "" if out.resolved else " (not resolved)",

@@ -1,21 +1,20 @@
 """Comparing two systems evaluated on the same queries: is A better than B at gallery size N?
 
-The queries are shared, so the comparison is paired (paper App. C, ranking resolution): the
-bootstrap resamples queries once per replicate and takes the mean AP difference of the two
-systems on the same resample, which cancels the between-query variance both share. When the
-systems' distractor-sample noise is known (nested bootstrap sds), it is added in quadrature:
-the two samples are independent given the queries. When the tail model's sensitivities of the
-difference are given (`paired_deviation`: how far A - B moves when both estimates are rerun at
-other tail thresholds, and under other priors on the tail shape), they are added too, as a
-single system's interval adds them (`intervals.sd_model`).
+Two questions, as for one system (`intervals`). For these queries, the difference the two full
+evaluations would print is uncertain only through the systems' distractor samples (nested
+bootstrap sds, independent of each other) and the tail models (`paired_deviation`: how far
+A - B moves when both estimates are rerun at other tail thresholds, and under other priors on
+the tail shape, scaled as a single system's model term, `intervals.sd_model`); all in
+quadrature. Over queries like these, the comparison is paired (paper App. C, ranking
+resolution): the bootstrap resamples queries once per replicate and takes the mean difference
+of the two systems on the same resample, which cancels the between-query variance both share,
+and the terms above widen its interval.
 
-Reported: the difference and its intervals, P(A beats B) (the share of replicates with a
-positive difference), and the smallest margin the sample can resolve: the difference at which
-the 90% interval would just exclude 0, i.e. z_0.95 times the difference's sd.
+Reported: the difference and both intervals, P(A beats B) on these queries, and the smallest
+margin the sample can resolve: the difference at which the 90% interval would just exclude 0,
+i.e. z_0.95 times the difference's sd.
 """
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
@@ -27,6 +26,7 @@ from tailaware.protocol.settings import IntervalSettings
 def paired(
     aps_a,
     aps_b,
+    *,
     num_replicates: int = 1000,
     seed: int = 0,
     sd_distractor_a: float = 0.0,
@@ -35,39 +35,45 @@ def paired(
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
 ) -> dict:
-    """Returns the paired-bootstrap comparison of systems A and B on the same queries.
+    """Returns the paired comparison of systems A and B on the same queries.
+
+    For these queries (`ci90`, `sd`, `p_a_beats_b`, `resolved`): the difference the two full
+    evaluations would print, uncertain through both distractor samples (independent) and the
+    tail models, a normal error of sd `sd`. Over queries like these (`ci90_queries`,
+    `sd_queries`): the paired query bootstrap's percentile interval of the difference widened by
+    the same terms in quadrature, as a single system's interval is (`intervals.widened`).
 
     Args:
       aps_a, aps_b: [Q] per-query AP@k of each system at the target N (same query order).
-      num_replicates: B.
-      seed: PRNG seed.
+      num_replicates: B of the query bootstrap.
+      seed: its seed.
       sd_distractor_a, sd_distractor_b: distractor-sample sds of each system's mAP (nested
-        bootstrap), added in quadrature; 0 for query noise alone.
+        bootstrap); 0 where not measured.
       deviation: the difference's threshold sensitivity (`paired_deviation`).
       prior_deviation: the difference's sensitivity to the prior on the tail shape.
       settings: the model terms' factors (as in a single system's interval).
 
     Returns:
-      {"difference", "sd", "ci90", "ci95", "p_a_beats_b", "resolvable_margin", "resolved"}.
+      {"difference", "sd", "sd_queries", "ci90", "ci95", "ci90_queries", "ci95_queries",
+      "p_a_beats_b", "resolvable_margin", "resolved"}.
     """
     a = np.asarray(aps_a, np.float64)
     b = np.asarray(aps_b, np.float64)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"need two [Q] vectors over the same queries, got {a.shape}, {b.shape}")
     diff = a - b
-    reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
-    sd_model = intervals.sd_model(deviation, prior_deviation, settings)
-    extra = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_model**2))
-    if extra > 0:
-        noise = jax.random.normal(jax.random.key(seed + 1), reps.shape, jnp.float32)
-        reps = reps + extra * np.asarray(jax.device_get(noise), np.float64)
     point = float(diff.mean())
-    sd = float(np.std(reps, ddof=1))
-    out = {"difference": point, "sd": sd}
+    reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
+    sd_m = intervals.sd_model(deviation, prior_deviation, settings)
+    sd = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_m**2))
+    out = {"difference": point, "sd": sd, "sd_queries": float(np.hypot(np.std(reps, ddof=1), sd))}
     for level in intervals.LEVELS:
-        lo, hi = intervals.percentile_interval(reps, level)
-        out[f"ci{int(round(level * 100))}"] = intervals.in_range(lo, hi, low=-1.0)
-    out["p_a_beats_b"] = float(np.mean(reps > 0))
+        z = float(stats.norm.ppf(0.5 + level / 2.0))
+        tag = f"ci{int(round(level * 100))}"
+        out[tag] = intervals.in_range(point - z * sd, point + z * sd, low=-1.0)
+        by_queries = intervals.percentile_interval(reps, level)
+        out[f"{tag}_queries"] = intervals.widened(point, by_queries, z * sd, low=-1.0)
+    out["p_a_beats_b"] = float(stats.norm.cdf(point / sd)) if sd > 0 else float(point > 0)
     out["resolvable_margin"] = float(stats.norm.ppf(0.95) * sd)
     out["resolved"] = bool(out["ci90"][0] > 0 or out["ci90"][1] < 0)
     return out
@@ -125,6 +131,7 @@ def _metrics(p: Prediction) -> dict:
 def compare(
     a: Prediction,
     b: Prediction,
+    *,
     num_replicates: int = 1000,
     seed: int = 0,
     settings: IntervalSettings = IntervalSettings(),
@@ -150,13 +157,13 @@ def compare(
         got = paired(
             x.per_query,
             y.per_query,
-            num_replicates,
-            seed,
-            sd(x),
-            sd(y),
-            dev,
-            dev_prior,
-            settings,
+            num_replicates=num_replicates,
+            seed=seed,
+            sd_distractor_a=sd(x),
+            sd_distractor_b=sd(y),
+            deviation=dev,
+            prior_deviation=dev_prior,
+            settings=settings,
         )
         out[label] = Comparison(
             n_target=a.n_target,

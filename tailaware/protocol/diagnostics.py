@@ -185,18 +185,23 @@ def model_sensitive(interval: Interval, k: int) -> list[str]:
 
 
 def metric_line(label: str, point: float, interval: Interval, n_target: int) -> str:
-    """Returns a metric's line of the summary: its prediction and its interval."""
+    """Returns a metric's line of the summary: its prediction and both 90% intervals."""
     lo, hi = interval.ci90.reported
-    return f"{label} at N = {n_target:,}: {point:.4f}, 90% CI [{lo:.4f}, {hi:.4f}]"
+    line = f"{label} at N = {n_target:,}: {point:.4f} [{lo:.4f}, {hi:.4f}] for these queries"
+    if interval.ci90.queries is not None:
+        line += "; [{:.4f}, {:.4f}] over queries like these (90%)".format(*interval.ci90.queries)
+    return line
 
 
 def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
-    """Returns the summary's last line: the predicted mAP@k and its interval, with its terms."""
+    """Returns the summary's last line: the predicted mAP@k and its intervals, with their terms."""
+    sd_d = "not measured" if interval.sd_distractor is None else f"{interval.sd_distractor:.4f}"
     return (
-        metric_line(f"mAP@{k}", point, interval, n_target) + f" ({interval.method} "
-        f"bootstrap, widened by the tail model's error, sd {interval.sd_model:.4f}; it moves by "
+        metric_line(f"mAP@{k}", point, interval, n_target) + f" (distractor sample sd {sd_d}; "
+        f"the tail model's error sd {interval.sd_model:.4f}: it moves by "
         f"{interval.threshold_deviation:.4f} with its threshold and by "
-        f"{interval.prior_deviation:.4f} with the prior on its shape)"
+        f"{interval.prior_deviation:.4f} with the prior on its shape; queries sd "
+        f"{interval.sd_query:.4f})"
     )
 
 

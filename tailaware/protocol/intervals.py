@@ -1,6 +1,8 @@
-"""The reported interval of a predicted mAP@k: query bootstrap, distractor term, model terms.
+"""The reported intervals of a predicted metric: for these queries, and over queries like these.
 
-Three sources of uncertainty (paper Sec. 4-5, App. C-D):
+Three sources of uncertainty (paper Sec. 4-5, App. C-D); the first is not uncertainty about
+the number the full evaluation would print on a fixed query set, so it enters the second
+interval only (`intervals`):
 
 * queries: the benchmark's queries are a sample of possible queries. The query bootstrap
   resamples the per-query AP vector (`query_bootstrap`): B replicates are one gather and a mean.
@@ -10,8 +12,8 @@ Three sources of uncertainty (paper Sec. 4-5, App. C-D):
   twice the excesses, and under a flatter or a steeper prior on the tail shape; no resampling of
   the data sees it (`IntervalSettings`).
 
-`intervals` combines them at one gallery size into an `Interval`; `size_intervals` at every
-size of a prediction's curve.
+`intervals` combines them at one gallery size into an `Interval`; `item_intervals` for every
+reported item (a metric at one size, a group of the ILIAS report).
 
 Shapes: Q queries, B replicates, G gallery sizes, F threshold reruns, T other priors.
 """
@@ -86,6 +88,14 @@ def in_range(lo, hi, low=0.0) -> tuple[float, float]:
     return float(max(lo, low)), float(min(hi, 1.0))
 
 
+def widened(point: float, bounds, half_width: float, low: float = 0.0) -> tuple[float, float]:
+    """Returns `bounds` (lo, hi) around `point` with a normal term of `half_width` added in
+    quadrature on each side, cut to [low, 1] (`in_range`): every interval's terms combine so."""
+    lo, hi = bounds
+    grown = (point - np.hypot(point - lo, half_width), point + np.hypot(hi - point, half_width))
+    return in_range(*grown, low=low)
+
+
 def intervals(
     point: float,
     query_reps: np.ndarray,
@@ -95,16 +105,17 @@ def intervals(
     sd_distractor: float | None = None,
     prior_deviation=0.0,
 ) -> Interval:
-    """Returns the reported `Interval` at one gallery size.
+    """Returns the reported `Interval` at one gallery size: two intervals per level.
 
-    The reported interval is the sampling interval widened by the tail model's own error. The
-    sampling interval is the nested one (queries, distractors and fits) when the nested
-    replicates exist, else the query interval; the nested interval is the query-bootstrap
-    percentile interval widened in quadrature by the distractor replicates' variance (the two
-    sources are independent; the quadrature keeps the 1000 cheap query replicates' tails rather
-    than the percentiles of ~200 nested ones). The model term: a normal error of sd
-    `sd_model(deviation, prior_deviation)`, added in quadrature on each side. Every interval is
-    cut to [0, 1].
+    For these queries (`Bounds.reported`, the headline): the realized value the full evaluation
+    would print on this query set, uncertain only through the distractor sample (its nested
+    replicates' percentile interval, or a normal one from `sd_distractor`) and the tail model.
+    The tail model's term, a normal error of sd `sd_model(deviation, prior_deviation)`, is
+    added to it in quadrature on each side. Over queries like these (`Bounds.queries`): that
+    interval widened on each side, in quadrature, by the query bootstrap's percentile interval
+    (independent sources; the 1000 cheap query replicates keep their own tails), so it always
+    contains the first. `Bounds.sampling` (the query interval widened by the distractor sd) is
+    kept as a part. Every interval is cut to [0, 1].
 
     Args:
       point: the prediction.
@@ -145,8 +156,12 @@ def intervals(
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         sampling = in_range(lo, hi)
-        lo, hi = point - np.hypot(point - lo, z * sd_m), point + np.hypot(hi - point, z * sd_m)
-        bounds.append(Bounds(in_range(lo, hi), sampling, query, distractor))
+        these = widened(point, distractor or (point, point), z * sd_m)
+        like = in_range(
+            point - np.hypot(point - these[0], point - query[0]),
+            point + np.hypot(these[1] - point, query[1] - point),
+        )
+        bounds.append(Bounds(these, sampling, query, distractor, like))
     return Interval(
         method="nested" if widen else "query",
         sd_query=sd_q,
@@ -216,38 +231,3 @@ def item_intervals(
         unc = intervals(float(point), reps, settings, nest, dev[i], sd, dev_prior[i])
         out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
     return out
-
-
-def size_intervals(
-    aps,
-    settings: IntervalSettings,
-    query_replicates: int,
-    seed: int,
-    maps=None,
-    nested=None,
-    sd_distractor=None,
-    priors=None,
-) -> list[Interval]:
-    """Returns the `Interval` of mAP@k at each gallery size of a prediction (`item_intervals`).
-
-    Args:
-      aps: [G, Q] predicted AP@k per size and query.
-      settings: the model terms' factors.
-      query_replicates, seed: the query bootstrap's B and seed.
-      maps: [F, G] the threshold reruns' mAP@k, or None.
-      nested: `nested.Nested` replicates at the G sizes, or None.
-      sd_distractor: [G] the distractor replicates' sds where only they are known (an
-        artifact's), or None.
-      priors: [T, G] the estimate's mAP@k under other priors on the tail shape, or None.
-    """
-    reps = None if nested is None else (nested.distractor[:, 0], nested.combined[:, 0])
-    return item_intervals(
-        aps,
-        settings,
-        query_replicates,
-        seed,
-        reruns=maps,
-        priors=priors,
-        nested=reps,
-        sd_distractor=sd_distractor,
-    )

@@ -5,9 +5,10 @@
 diagnostic"):
 
 - the point: E[AP@k] of the configured estimator's hardness at N (`evaluate.per_query_ap`);
-- the interval (`intervals.size_intervals`): the nested bootstrap (`nested.nested_bootstrap`)
-  widened by the tail model's moves with its threshold (`threshold_maps`) and with the prior
-  on its shape (`prior_maps`);
+- two intervals (`intervals.item_intervals`): for these queries, the nested bootstrap's
+  distractor term (`nested.nested_bootstrap`) widened by the tail model's moves with its
+  threshold (`threshold_maps`) and with the prior on its shape (`prior_maps`); over queries like
+  these, the query bootstrap's term too;
 - the curve for N from 10^3 to 10^9 with its 90% band (and the distractor-sample sd, which the
   hardness artifact keeps);
 - recall@k and top-1 at N through the same law (`other_metrics`);
@@ -184,6 +185,7 @@ def metric_predictions(
                 values=tuple(means[0, 1:, m].tolist()),
                 ci90=tuple(u.ci90.reported for u in uncs[1:]),
                 sd_distractor=tuple(sd_curve.tolist()) if known else None,
+                ci90_queries=tuple(u.ci90.queries for u in uncs[1:]),
             )
         label = metric.label(settings.k)
         out[label] = MetricPrediction(label, float(means[0, 0, m]), per_query[0], uncs[0], curve)
@@ -409,6 +411,7 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
                 it.num_queries,
                 it.num_instances,
                 tuple(100.0 * b for b in unc.ci90.reported),
+                tuple(100.0 * b for b in unc.ci90.queries),
             )
             for it, point, unc in zip(spec.items, item_values(0), uncs, strict=True)
         ),
@@ -480,5 +483,5 @@ def distractor_sd(prediction: Prediction) -> tuple | None:
     n = np.asarray([prediction.n_target, *known[0].curve.n], np.float64)
     sds = np.asarray([[m.interval.sd_distractor, *m.curve.sd_distractor] for m in known])
     n, first = np.unique(n, return_index=True)
-    names = tuple(m.label.split("@")[0] for m in known)
+    names = tuple(m.metric for m in known)
     return n, sds[:, first], int(prediction.k), names

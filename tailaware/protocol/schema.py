@@ -5,6 +5,8 @@
 table the predict job prints.
 """
 
+import statistics
+
 import numpy as np
 
 from tailaware.core.results import (
@@ -20,7 +22,7 @@ from tailaware.core.results import (
     Report,
 )
 from tailaware.io.errors import InputError, field_error
-from tailaware.protocol import ilias_report
+from tailaware.protocol import ilias_report, intervals
 
 _OTHER_METRICS_NOTE = (
     "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
@@ -48,9 +50,22 @@ def interval_json(interval: Interval) -> dict:
             out[f"{tag}_distractor"] = _pair(b.distractor)
         out[f"{tag}_sampling"] = _pair(b.sampling)
         out[tag] = _pair(b.reported)
+        if b.queries is not None:
+            out[f"{tag}_queries"] = _pair(b.queries)
     listed = lambda a: None if a is None else [float(v) for v in a]
     out["threshold_maps"] = listed(interval.threshold_maps)
     out["prior_maps"] = listed(interval.prior_maps)
+    return out
+
+
+def _headline_json(interval: Interval) -> dict:
+    """Returns the intervals a prediction and each metric show at their top: `ci90` / `ci95` for
+    these queries, `ci90_queries` / `ci95_queries` over queries like these."""
+    out = {}
+    for tag, b in (("ci90", interval.ci90), ("ci95", interval.ci95)):
+        out[tag] = _pair(b.reported)
+        if b.queries is not None:
+            out[f"{tag}_queries"] = _pair(b.queries)
     return out
 
 
@@ -60,6 +75,8 @@ def _curve_json(curve: Curve, key: str = "map") -> dict:
         key: [float(v) for v in curve.values],
         "ci90": [_pair(b) for b in curve.ci90],
     }
+    if curve.ci90_queries is not None:
+        out["ci90_queries"] = [_pair(b) for b in curve.ci90_queries]
     if curve.sd_distractor is not None:
         out["sd_distractor"] = [float(v) for v in curve.sd_distractor]
     return out
@@ -118,8 +135,7 @@ def _metric_json(m: MetricPrediction) -> dict:
     """Returns one entry of prediction.json's `metrics`."""
     out = {"value": float(m.value), "per_query": [float(v) for v in m.per_query]}
     if m.interval is not None:
-        out["ci90"] = _pair(m.interval.ci90.reported)
-        out["ci95"] = _pair(m.interval.ci95.reported)
+        out.update(_headline_json(m.interval))
         out["uncertainty"] = interval_json(m.interval)
     if m.curve is not None:
         out["curve"] = _curve_json(m.curve, "values")
@@ -143,8 +159,7 @@ def prediction_json(p: Prediction) -> dict:
     if p.query_ids is not None:
         out["query_ids"] = [str(q) for q in p.query_ids]
     if p.interval is not None:
-        out["ci90"] = _pair(p.interval.ci90.reported)
-        out["ci95"] = _pair(p.interval.ci95.reported)
+        out.update(_headline_json(p.interval))
         out["uncertainty"] = interval_json(p.interval)
     if p.curve is not None:
         out["curve"] = _curve_json(p.curve)
@@ -173,7 +188,8 @@ def report_json(r: Report) -> dict:
 
     `map`, `oracle` and, per group, `scale`, `clutter`, `categories`, `subcategories` (an
     empty object where `notes` says why it was skipped); `num_queries` and `num_instances` in the
-    same layout (what each value averages); `ci90` likewise when the values have intervals;
+    same layout (what each value averages); `ci90` (these queries) and `ci90_queries` (queries
+    like these) likewise when the values have intervals;
     `queries` and `aps` (each query's AP@k) as the official report has them.
     """
     out = {"units": "percent", **_report_layout(r, lambda v: float(v.value))}
@@ -181,6 +197,10 @@ def report_json(r: Report) -> dict:
     out["num_instances"] = _report_layout(r, lambda v: int(v.num_instances))
     if any(v.ci90 is not None for v in r.values):
         out["ci90"] = _report_layout(r, lambda v: None if v.ci90 is None else _pair(v.ci90))
+    if any(v.ci90_queries is not None for v in r.values):
+        out["ci90_queries"] = _report_layout(
+            r, lambda v: None if v.ci90_queries is None else _pair(v.ci90_queries)
+        )
     out["queries"] = [str(q) for q in r.query_ids]
     out["aps"] = [float(a) for a in r.aps]
     out["notes"] = list(r.notes)
@@ -257,15 +277,28 @@ def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
 
 
 def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
-    """The interval at `tag`: the reported one from `top`, its parts from `unc` (NaN where a
-    prediction.json lacks them)."""
+    """The interval at `tag`: the reported ones from `top`, their parts from `unc` (NaN where a
+    prediction.json lacks them).
+
+    A file written before there were two intervals holds at `tag` the interval over queries like
+    these; its interval for these queries is rebuilt from its parts (the distractor interval
+    widened by the model term), as `intervals.intervals` builds it."""
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
-    return Bounds(
-        tuple(top.get(tag, (np.nan, np.nan))),
-        pair(f"{tag}_sampling"),
-        pair(f"{tag}_query"),
-        tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None,
-    )
+    distractor = tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None
+    reported = tuple(top.get(tag, (np.nan, np.nan)))
+    if f"{tag}_queries" in unc or f"{tag}_queries" in top:
+        return Bounds(
+            reported,
+            pair(f"{tag}_sampling"),
+            pair(f"{tag}_query"),
+            distractor,
+            tuple(top.get(f"{tag}_queries", unc.get(f"{tag}_queries"))),
+        )
+    point = float(top.get("map", top.get("value", np.nan)))
+    z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)
+    sd_m = float(unc.get("sd_model", 0.0))
+    these = intervals.widened(point, distractor or (point, point), z * sd_m)
+    return Bounds(these, pair(f"{tag}_sampling"), pair(f"{tag}_query"), distractor, reported)
 
 
 def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
@@ -303,6 +336,12 @@ def _paired_json(c: Comparison) -> dict:
         "resolved": c.resolved,
         "threshold_deviation": c.threshold_deviation,
         "prior_deviation": c.prior_deviation,
+        **({} if c.sd_queries is None else {"sd_queries": c.sd_queries}),
+        **{
+            f"{tag}_queries": _pair(b)
+            for tag, b in (("ci90", c.ci90_queries), ("ci95", c.ci95_queries))
+            if b is not None
+        },
     }
 
 
@@ -330,22 +369,25 @@ def format_table(p: Prediction) -> str:
         f"  {first:<{w}}{p.map:>10.4f}",
     ]
     if p.interval is not None:
-        lo, hi = p.interval.ci90.reported
-        lines[-1] += f"   90% CI [{lo:.4f}, {hi:.4f}]"
+        lines[-1] += _ci_text(p.interval)
     for name, value in p.baselines.items():
         lines.append(f"  {names.get(name, name):<{w}}{float(value):>10.4f}")
     if others:
         lines.append(f"  other metrics ({p.estimator})")
     for m in others:
-        ci = (
-            ""
-            if m.interval is None
-            else "   90% CI [{:.4f}, {:.4f}]".format(*m.interval.ci90.reported)
-        )
+        ci = "" if m.interval is None else _ci_text(m.interval)
         lines.append(f"  {m.label:<{w}}{m.value:>10.4f}{ci}")
     if p.report is not None:
         lines += report_lines(p.report, k)
     return "\n".join(lines)
+
+
+def _ci_text(interval: Interval) -> str:
+    """Returns a table row's intervals: for these queries, then over queries like these."""
+    text = "   90% CI [{:.4f}, {:.4f}] these queries".format(*interval.ci90.reported)
+    if interval.ci90.queries is not None:
+        text += ", [{:.4f}, {:.4f}] queries like these".format(*interval.ci90.queries)
+    return text
 
 
 def report_lines(r: Report, k: int) -> list[str]:
@@ -357,5 +399,7 @@ def report_lines(r: Report, k: int) -> list[str]:
         line = f"  {label(v):<{width}}{v.value:>8.2f}  ({v.num_queries})"
         if v.ci90 is not None:
             line += f"   90% CI [{v.ci90[0]:.2f}, {v.ci90[1]:.2f}]"
+        if v.ci90_queries is not None:
+            line += ", [{:.2f}, {:.2f}] queries like these".format(*v.ci90_queries)
         lines.append(line)
     return lines + [f"  note: {n}" for n in r.notes]

@@ -6,9 +6,10 @@ pools stand in for disjoint draws) are drawn; each estimator predicts mAP@k at N
 alone, next to the baselines (evaluate-at-S, the power-law and log-uniform curve fits of
 `baselines`) and two oracles that know the true hardness (expected-rank map and Poisson E[AP]:
 the law's own error). Reported per estimator and fraction: bias and mean absolute error against
-the realized truth, coverage of the 90% interval over the draws (the reported one, which adds the
-tail model's threshold and prior sensitivity to the sampling interval, then the sampling
-interval = nested bootstrap and its query and distractor parts; `intervals.intervals`) and its
+the realized truth, coverage of the 90% intervals over the draws (the reported one for these
+queries: the distractor part with the tail model's threshold and prior sensitivity; the one over
+queries like these, which adds the query bootstrap; then the sampling interval = nested
+bootstrap and its query and distractor parts; `intervals.intervals`) and the reported one's
 median half-width, and per-positive calibration of the tail-priced positives (median estimated
 / true hardness, log-correlation, share priced 0). The nested bootstrap runs on the first draw
 of each cell and its distractor spread serves the intervals of all the cell's draws (it
@@ -51,7 +52,7 @@ ORACLES = ("oracle (expected rank)", "oracle (Poisson E[AP])")
 # construction (the estimand is the realized mAP@k of the fixed gallery the sample came from).
 REALIZED = "oracle (realized K / N)"
 # Interval rows of the table: the reported interval, then its sampling part and that part's parts.
-COVERAGE_TAGS = ("ci90", "ci90_sampling", "ci90_query", "ci90_distractor")
+COVERAGE_TAGS = ("ci90", "ci90_queries", "ci90_sampling", "ci90_query", "ci90_distractor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,11 +340,7 @@ def one_draw(
     pairs = {
         m.label: (
             m.value,
-            float(
-                metrics.value_from_counts(
-                    metrics.get(m.label.split("@")[0]), full, scores.mask, k
-                ).mean()
-            ),
+            float(metrics.value_from_counts(metrics.get(m.metric), full, scores.mask, k).mean()),
         )
         for m in others
     }

@@ -76,8 +76,6 @@ GOF_FACTORS = (1.0, 0.5, 0.25)
 # refits, and `estimate`'s reruns of the whole estimator).
 STABILITY_FACTORS = (0.5, 2.0)
 METHODS = ("mle", "mean")
-# The tail model behind each registered estimator name (see `estimators.ESTIMATORS`).
-ESTIMATOR_METHODS = {"evt": "mle", "evt_averaged": "mean"}
 
 
 # Excess counts round half up with this slack: a count at exactly k + 1/2 in exact arithmetic

@@ -1,0 +1,162 @@
+"""Coverage of the two 90% intervals against the realized truth, by query-set size (issue #41).
+
+The estimand is the realized metric of *these* queries over the full gallery. On the real-text
+benchmarks of `benchmarks/text_galleries.py` (one split only: dev chooses, test reports) each
+benchmark's queries are split, by the order of their ids' hash, into query sets of `--size`
+queries (so that queries x k / N is near ILIAS's 0.012; `--sets` of them) and kept whole; each
+set is predicted from each sampled draw exactly as a user with that benchmark would (the
+predict job's protocol: the default estimator, the nested bootstrap) and held against its own
+realized mAP@k (from the exact run's counts). Printed per benchmark, fraction and set size:
+MAE and mean signed error, coverage and median half-width of `ci90` (these queries) and
+`ci90_queries` (queries like these), and the share of predictions whose `ci90_queries` contains
+`ci90`. Every prediction is one JSON line of `--out` (a rerun skips those done).
+
+  python benchmarks/interval_coverage.py --cache=/work/cache/text --split=dev \
+      --out=workdir/coverage_dev.jsonl
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tailaware.core import metrics  # noqa: E402
+from tailaware.io import scores as scores_lib  # noqa: E402
+from tailaware.protocol import prediction  # noqa: E402
+from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache", default="/work/cache/text")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--benchmarks", default="", help="comma-separated names (default: the split's)")
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--size", type=int, default=40, help="queries per small set")
+    p.add_argument("--sets", type=int, default=6, help="small sets per benchmark")
+    p.add_argument("--fractions", default="0.01,0.05")
+    p.add_argument("--draws", type=int, default=2)
+    p.add_argument("--nested", type=int, default=50)
+    p.add_argument("--out", default="workdir/interval_coverage.jsonl")
+    return p.parse_args()
+
+
+def query_sets(ids, size: int, sets: int) -> list[tuple[str, np.ndarray]]:
+    """Returns (name, query indices) of `sets` disjoint sets of `size` queries (by the hash of
+    their ids, so a set does not follow the benchmark's order) and of all the queries."""
+    order = np.argsort([hashlib.sha256(str(q).encode()).hexdigest() for q in ids], kind="stable")
+    out = [(f"q{size}_{i}", np.sort(order[i * size : (i + 1) * size])) for i in range(sets)]
+    out = [(name, idx) for name, idx in out if len(idx) == size]
+    return out + [(f"all{len(ids)}", np.arange(len(ids)))]
+
+
+def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
+    """Predicts one query set and returns its record against the realized truth."""
+    t0 = time.time()
+    p = prediction.predict(scores, settings, n_full)
+    mask = scores.mask
+    truth = float(
+        metrics.value_from_counts(metrics.METRICS["map"], truth_counts, mask, settings.k).mean()
+    )
+    unc = p.interval
+    budget = p.diagnostics.budget
+    return {
+        "map": p.map,
+        "truth": truth,
+        "ci90": list(unc.ci90.reported),
+        "ci90_queries": list(unc.ci90.queries),
+        "ci90_distractor": None if unc.ci90.distractor is None else list(unc.ci90.distractor),
+        "sd_query": unc.sd_query,
+        "sd_distractor": unc.sd_distractor,
+        "sd_model": unc.sd_model,
+        "last_change": None if budget is None else budget.last_change,
+        "budget_predictions": None if budget is None else list(budget.predictions),
+        "seconds": time.time() - t0,
+    }
+
+
+def summarize(records: list[dict]) -> list[str]:
+    """Returns the table: one row per benchmark, fraction and set size."""
+    groups = {}
+    for r in records:
+        size = "all" if r["set"].startswith("all") else r["set"].split("_")[0]
+        groups.setdefault((r["benchmark"], r["fraction"], size, r["qkn"]), []).append(r)
+    head = (
+        f"{'benchmark':<24}{'frac':>6}{'set':>6}{'QK/N':>7}{'n':>4}{'MAE':>8}{'signed':>8}"
+        f"{'cov ci90':>9}{'half':>8}{'cov ciQ':>9}{'halfQ':>8}{'Q>=90':>7}"
+    )
+    lines = [head]
+    for (bench, frac, size, qkn), rs in sorted(groups.items()):
+        err = np.array([r["map"] - r["truth"] for r in rs])
+        cov = lambda key, rs=rs: np.mean([r[key][0] <= r["truth"] <= r[key][1] for r in rs])
+        half = lambda key, rs=rs: np.median([(r[key][1] - r[key][0]) / 2 for r in rs])
+        contains = np.mean(
+            [
+                r["ci90_queries"][0] <= r["ci90"][0] and r["ci90"][1] <= r["ci90_queries"][1]
+                for r in rs
+            ]
+        )
+        lines.append(
+            f"{bench:<24}{frac:>6}{size:>6}{qkn:>7.3f}{len(rs):>4}{np.abs(err).mean():>8.4f}"
+            f"{err.mean():>+8.4f}{cov('ci90'):>9.2f}{half('ci90'):>8.4f}"
+            f"{cov('ci90_queries'):>9.2f}{half('ci90_queries'):>8.4f}{contains:>7.2f}"
+        )
+    return lines
+
+
+def main():
+    args = _parse()
+    with open(os.path.join(args.cache, "manifest.json")) as f:
+        manifest = json.load(f)
+    wanted = set(filter(None, args.benchmarks.split(",")))
+    done = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            for line in f:
+                r = json.loads(line)
+                done[r["key"]] = r
+    settings = PredictSettings(
+        k=args.k, protocol=ProtocolSettings(nested_replicates=args.nested, curve_points=2)
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    for bench in manifest["benchmarks"]:
+        if bench["split"] != args.split or (wanted and bench["name"] not in wanted):
+            continue
+        exact = scores_lib.load_scores(bench["truth"])
+        n_full = int(exact.n_sample)
+        truth_all = np.where(exact.mask, exact.pos_counts + exact.fixed_counts, -1)
+        for frac in args.fractions.split(","):
+            for entry in bench["sampled"].get(frac, [])[: args.draws]:
+                sampled = scores_lib.load_scores(entry["scores"])
+                assert list(sampled.query_ids) == list(exact.query_ids), bench["name"]
+                for name, idx in query_sets(sampled.query_ids, args.size, args.sets):
+                    key = f"{bench['name']}|{frac}|{entry['draw']}|{name}"
+                    if key in done:
+                        continue
+                    rec = one(sampled.subset(idx), truth_all[idx], n_full, settings)
+                    rec.update(
+                        key=key,
+                        benchmark=bench["name"],
+                        fraction=frac,
+                        draw=entry["draw"],
+                        set=name,
+                        qkn=len(idx) * args.k / n_full,
+                    )
+                    done[key] = rec
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                    print(
+                        f"{key}: {rec['map']:.4f} truth {rec['truth']:.4f} ci90 "
+                        f"[{rec['ci90'][0]:.4f}, {rec['ci90'][1]:.4f}] {rec['seconds']:.1f} s",
+                        flush=True,
+                    )
+    print("\n".join(summarize(list(done.values()))))
+
+
+if __name__ == "__main__":
+    main()
