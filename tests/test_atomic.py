@@ -1,6 +1,7 @@
 """Atomic writes: complete or absent, with the permissions of a plain write."""
 
 import importlib
+import importlib.metadata
 import json
 import os
 import stat
@@ -16,7 +17,11 @@ def test_results_are_complete_or_absent_and_readable_like_plain_files(tmp_path):
     plain.write_text("{}")
     path = tmp_path / "sub" / "result.json"
     atomic.write_json(path, {"map": np.float32(0.5), "aps": np.arange(3)})
-    assert json.loads(path.read_text()) == {"map": 0.5, "aps": [0, 1, 2]}
+    # Every JSON output records the version that wrote it; a cache compared whole opts out.
+    written = {"tailaware_version": importlib.metadata.version("tailaware"), "map": 0.5}
+    assert json.loads(path.read_text()) == {**written, "aps": [0, 1, 2]}
+    atomic.write_json(tmp_path / "cache.json", {"n": 1}, stamp=False)
+    assert json.loads((tmp_path / "cache.json").read_text()) == {"n": 1}
     mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)
     assert mode(path) == mode(plain)  # not mkstemp's 0600
     atomic.write_npz(tmp_path / "a.npz", x=np.ones(2))

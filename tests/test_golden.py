@@ -19,8 +19,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-# Keys whose values depend on the run, not on the numbers (wall time, paths, provenance).
-VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata"}
+# Keys whose values depend on the run, not on the numbers (wall time, paths, provenance, the
+# version that wrote the file).
+VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata", "tailaware_version"}
 RTOL, ATOL = 1e-5, 1e-6
 # The plug-in `evt` (the paper's MLE) fits flat likelihood profiles where float32 rounding can
 # tip the optimum, and XLA's CPU code changes that rounding across processor generations

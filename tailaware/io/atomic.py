@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tailaware.io import errors
+from tailaware.io import errors, version
 
 # Where Linux (4.7+) shows the process's file-creation mask, which os.umask can only read by
 # setting it: a moment in which another thread's new file gets the wrong permissions.
@@ -58,8 +58,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
             os.remove(tmp)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Writes `obj` as indented JSON, atomically."""
+def write_json(path: str | os.PathLike, obj: Any, *, stamp: bool = True) -> None:
+    """Writes `obj` as indented JSON, atomically.
+
+    With `stamp`, a dict gets `"tailaware_version"` first (`version.KEY`): every JSON output
+    says which tailaware wrote it. A cache compared whole on reading passes `stamp=False`.
+    """
+    if stamp and isinstance(obj, dict):
+        obj = {version.KEY: version.version(), **obj}
     with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
         f.write("\n")
