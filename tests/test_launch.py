@@ -174,6 +174,43 @@ def test_predict_command(tmp_path):
     assert (tmp_path / "prediction_curve.png").exists()
 
 
+@pytest.mark.slow
+def test_default_verbosity_hides_the_libtpu_probe_and_font_cache(tmp_path):
+    # A fresh machine as a new user has it: no JAX_PLATFORMS (JAX probes for a TPU) and no
+    # matplotlib font cache. The same job with --verbose shows both, so the check can fail.
+    rng = np.random.default_rng(1)
+    tail = -np.sort(-rng.uniform(0.3, 0.5, (8, 32)), axis=1)
+    pos = rng.uniform(0.35, 0.9, (8, 3))
+    counts = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    path = tmp_path / "scores.npz"
+    scores_lib.save_scores(path, scores_lib.make_scores(tail, pos, counts, 1000))
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    pipe = subprocess.PIPE
+    procs = {}
+    for run in ("default", "verbose"):
+        cmd = [
+            sys.executable,
+            "launch.py",
+            "--config=configs/predict.py",
+            f"--config.scores={path}",
+            "--config.n_target=100000",
+            "--config.k=10",
+            "--config.protocol.nested_replicates=0",
+            "--config.protocol.query_replicates=20",
+            f"--workdir={tmp_path / run}",
+            *(["--verbose"] if run == "verbose" else []),
+        ]
+        fresh = dict(env, MPLCONFIGDIR=str(tmp_path / f"mpl_{run}"))
+        procs[run] = subprocess.Popen(cmd, cwd=ROOT, env=fresh, stdout=pipe, stderr=pipe, text=True)
+    err = {run: p.communicate(timeout=300)[1] for run, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), err
+    assert (tmp_path / "default" / "prediction_curve.png").exists()  # matplotlib drew
+    noise = lambda line: "tpu" in line.lower() or "font" in line.lower()
+    assert [line for line in err["default"].splitlines() if noise(line)] == []
+    assert "Unable to initialize backend 'tpu'" in err["verbose"]
+    assert "generated new fontManager" in err["verbose"]
+
+
 def test_predict_command_rejects_bad_file(tmp_path):
     np.savez(tmp_path / "bad.npz", tail_scores=np.zeros((2, 3), np.float64))
     env = dict(os.environ, JAX_PLATFORMS="cpu")

@@ -10,7 +10,8 @@ the same code without flags.
 
 A failure the input causes (a misspelt flag or config field, a value out of range, a file that
 is not what it should be) ends in one line on stderr that names the flag or the file and what
-was expected, and exit status 1; `--verbose` (or absl's `-v 1`) shows the traceback instead.
+was expected, and exit status 1; `--verbose` (or absl's `-v 1`) shows the traceback instead,
+and the third-party log lines hidden by default (`jobs/quiet.py`).
 
 `--help` says what tailaware does and lists its jobs and flags; with `--config=NAME` it lists
 that config's fields with their defaults and meaning (`jobs/usage.py`); `--version` prints the
@@ -30,7 +31,7 @@ from ml_collections import config_flags
 
 from tailaware.io import version
 from tailaware.io.errors import InputError
-from tailaware.jobs import compilation_cache, usage
+from tailaware.jobs import compilation_cache, quiet, usage
 
 
 def config_path(value: str) -> str:
@@ -89,7 +90,10 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where results are written.")
 _VERBOSE = flags.DEFINE_bool(
-    "verbose", False, "Show the traceback of a failure instead of its one-line message."
+    "verbose",
+    False,
+    "Show the traceback of a failure instead of its one-line message, and the log lines hidden "
+    "by default (JAX's libtpu probe, matplotlib's font cache).",
 )
 # Answered before the flags are parsed (`_explain`); defined so that absl accepts and lists it.
 _VERSION = flags.DEFINE_bool("version", False, "Print the version and exit.")
@@ -230,6 +234,8 @@ def main() -> None:
     """The `tailaware` command, `python -m tailaware` and `python launch.py`."""
     # absl's --help lists the flags of the program's main module; they are defined here.
     _explain(sys.argv)
+    if not _traceback_wanted(sys.argv):
+        quiet.hide_noise()
     for flag in (_CONFIG, _WORKDIR, _VERBOSE, _VERSION):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag.name])
     app.run(_main, flags_parser=_parse_flags)
