@@ -34,6 +34,29 @@ def test_results_are_complete_or_absent_and_readable_like_plain_files(tmp_path):
     assert sorted(os.listdir(path.parent)) == ["result.json"]
 
 
+def test_the_file_and_then_its_folder_are_on_disk_before_the_write_returns(tmp_path, monkeypatch):
+    synced = []  # (what was flushed, the final file's state at that moment)
+    path = tmp_path / "out" / "result.json"
+    real = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced.append((st.st_ino, stat.S_ISDIR(st.st_mode), st.st_size, path.exists()))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic.write_json(path, {"map": 0.5})
+    (file_ino, file_is_dir, size, renamed), (dir_ino, dir_is_dir, _, renamed_then) = synced
+    # The data first, complete, before the rename; then the folder holding the new name.
+    assert file_ino == os.stat(path).st_ino and not file_is_dir and size == path.stat().st_size
+    assert not renamed and renamed_then
+    assert dir_ino == os.stat(path.parent).st_ino and dir_is_dir
+    synced.clear()
+    with pytest.raises(TypeError):
+        atomic.write_json(path, {"bad": object()})
+    assert synced == []  # a failed write flushes nothing and leaves the old file
+
+
 def test_umask_is_read_when_writing_and_never_set_where_it_can_be_read(tmp_path, monkeypatch):
     set_umask = os.umask
     calls = []

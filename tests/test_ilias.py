@@ -184,8 +184,12 @@ def test_interrupted_run_resumes_to_identical_output(folder, tmp_path, monkeypat
     work = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         ilias.run(config(folder, sample_fraction=1.0, k=20), str(work))
+    # Interrupted: the checkpoint stays for the resume; finished: it is removed.
+    assert os.listdir(work / "partials") == ["process_000_of_001.npz"]
+    assert not (reference / "partials").exists()
     monkeypatch.setattr(ilias.scoring.HostBackend, "add", original)
     ilias.run(config(folder, sample_fraction=1.0, k=20), str(work))
+    assert not (work / "partials").exists()
     for name in ("sampled_scores.npz", "prediction.json", "ranked_top20.pkl"):
         assert (work / name).read_bytes() == (reference / name).read_bytes(), name
 
@@ -231,10 +235,7 @@ def test_two_processes_merge_to_the_single_process_result(folder, tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
-    assert sorted(os.listdir(tmp_path / "multi" / "partials")) == [
-        "process_000_of_002.npz",
-        "process_001_of_002.npz",
-    ]
+    assert not (tmp_path / "multi" / "partials").exists()  # merged, then removed
     a = np.load(tmp_path / "multi" / "sampled_scores.npz")
     b = np.load(single / "sampled_scores.npz")
     for key in b.files:
