@@ -23,9 +23,10 @@ N_INSTANCES, QUERIES_PER, POSITIVES_PER, SHARDS, ROWS, DIM = 6, 2, 3, 3, 200, 16
 
 
 def make_folder(path, seed=0):
-    """Writes a small ILIAS-format folder; entries in {-1/4, 0, 1/4} make every score exact."""
+    """Writes a small ILIAS-format folder; entries in {-1/4, 1/4} (DIM = 16) make every row a
+    unit vector, as ILIAS's are, and every score exact."""
     rng = np.random.default_rng(seed)
-    tern = lambda *shape: (rng.integers(-1, 2, size=shape) * 0.25).astype(np.float32)
+    tern = lambda *shape: rng.choice(np.float32([-0.25, 0.25]), size=shape)
     base = tern(N_INSTANCES, DIM)
 
     def near(v, n, flips):
@@ -60,7 +61,7 @@ def make_folder(path, seed=0):
 
 def near_all(base, rng):
     out = base.copy()
-    out[:, :4] = (rng.integers(-1, 2, size=(base.shape[0], 4)) * 0.25).astype(np.float32)
+    out[:, :4] = rng.choice(np.float32([-0.25, 0.25]), size=(base.shape[0], 4))
     return out
 
 
@@ -277,7 +278,7 @@ def test_missing_corrupt_mismatched_and_duplicate_inputs_name_the_file(folder, t
 
     dup = _copy(folder, tmp_path / "dup")
     features.write_features(
-        os.path.join(dup, features.distractor_name(0)), np.zeros((2, DIM)), ["x/1", "x/1"]
+        os.path.join(dup, features.distractor_name(0)), np.full((2, DIM), 0.25), ["x/1", "x/1"]
     )
     with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: .*duplicate id 'x/1'"):
         ilias.run(config(dup, sample_fraction=1.0), str(tmp_path / "w4"))

@@ -138,11 +138,12 @@ def assert_reports_equal(got, want, atol=1e-4):
 
 
 def quantized(rng, n, centre=None, noise=1.0):
-    """[n, DIM] vectors of norm < 1 in multiples of 2^-11: float16 holds them and every dot
-    product is exact in float32, so the job and the transcription see the same scores (2^-22
-    apart at least: continuous enough that no positive ties, which `make_folder` checks)."""
+    """[n, DIM] vectors of norm 0.995 (unit within the readers' tolerance, and below 1) in
+    multiples of 2^-11: float16 holds them and every dot product is exact in float32, so the job
+    and the transcription see the same scores (2^-22 apart at least: continuous enough that no
+    positive ties, which `make_folder` checks)."""
     x = rng.standard_normal((n, DIM)) * noise + (0.0 if centre is None else centre)
-    x = 0.99 * x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = 0.995 * x / np.linalg.norm(x, axis=1, keepdims=True)
     return np.round(x * 2048) / 2048
 
 
