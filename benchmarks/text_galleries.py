@@ -36,7 +36,6 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -118,9 +117,7 @@ def ilias_run(folder, workdir, fraction, seed, k, n_target, query_replicates):
         c.protocol.nested_replicates = 0
         c.protocol.query_replicates = query_replicates
         t0 = time.monotonic()
-        ilias.run(c, workdir)
-        # The job's resume checkpoint (~50 MB a run) is useless once prediction.json exists.
-        shutil.rmtree(os.path.join(workdir, "partials"), ignore_errors=True)
+        ilias.run(c, workdir)  # which removes its resume checkpoints once it is done
         logging.info("%s: %.0f s", workdir, time.monotonic() - t0)
     with open(done) as f:
         return json.load(f)

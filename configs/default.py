@@ -26,10 +26,10 @@ def settings_block(settings) -> config_dict.ConfigDict:
 def get_config(arg=None):
     del arg
     c = config_dict.ConfigDict()
-    c.job = "tailaware.jobs.demo"
-    c.seed = 0
+    c.job = "tailaware.jobs.demo"  # the module whose run(config, workdir) does the work
+    c.seed = 0  # the job's random seed (the demo's benchmark and sample, the bootstraps)
     c.k = 1000  # mAP@k
-    c.estimator = "evt_averaged"  # see tailaware.tail.estimators.ESTIMATORS
+    c.estimator = "evt_averaged"  # count, homogeneous, evt or evt_averaged (tail.estimators)
     # Predicted with their intervals and curves (tailaware.core.metrics.METRICS: map, recall,
     # precision, ndcg, hit, mrr); mAP@k always.
     c.metrics = ("map", "recall")
@@ -41,11 +41,12 @@ def get_config(arg=None):
 
     # The synthetic benchmark of the demo.
     c.demo = config_dict.ConfigDict()
-    c.demo.n_instances = 120
-    c.demo.queries_per_instance = 1
-    c.demo.positives_per_instance = 5
-    c.demo.n_distractors = 2_000_000
-    c.demo.dim = 64
-    c.demo.sample_fraction = 0.05
+    c.demo.n_instances = 120  # objects, each with its queries and positives
+    c.demo.queries_per_instance = 1  # query images per object
+    c.demo.positives_per_instance = 5  # positives per object
+    c.demo.n_distractors = 2_000_000  # the full gallery's N
+    c.demo.dim = 64  # descriptor dimension
+    c.demo.sample_fraction = 0.05  # S / N, the uniform distractor sample
+    # Gallery sizes (nested sub-galleries) where the truth is counted and the table compares.
     c.demo.sizes = (10_000, 50_000, 200_000, 500_000, 1_000_000, 2_000_000)
     return c

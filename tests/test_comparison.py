@@ -5,6 +5,7 @@ import json
 
 import ml_collections
 import numpy as np
+import PIL.Image
 import pytest
 from scipy import stats
 
@@ -130,7 +131,7 @@ def test_paired_adds_the_threshold_term_in_quadrature():
 
 
 @pytest.mark.slow
-def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
+def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys):
     bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
     bench_b = simulate.second_system(bench_a, seed=1)
     settings = PredictSettings(protocol=ProtocolSettings(nested_replicates=20))
@@ -148,6 +149,19 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path):
     with open(tmp_path / "w" / "comparison.json") as f:
         out = json.load(f)
     a, b = preds
+    # The table on stdout: a row per metric with A, B, A - B and its interval from the JSON.
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"A - B at N = {bench_a.n_pool:,}, k = 1000"
+    for label, m in out["metrics"].items():
+        lo, hi = m["ci90"]
+        row = next(
+            line.split() for line in lines if line.split()[:1] == [label.replace("map@", "mAP@")]
+        )
+        want = [f"{m['value_a']:.4f}", f"{m['value_b']:.4f}", f"{m['difference']:+.4f}"]
+        assert row[1:4] == want and row[4:6] == [f"[{lo:+.4f},", f"{hi:+.4f}]"], row
+    # Its figure: a PNG of both panels (the metrics' differences, A - B over N).
+    with PIL.Image.open(tmp_path / "w" / "comparison.png") as png:
+        assert png.format == "PNG" and png.size[0] > 500 and png.size[1] > 500
     assert out["difference"] == pytest.approx(a["map"] - b["map"], abs=1e-9)
     assert a["uncertainty"]["sd_distractor"] > 0 and out["threshold_deviation"] > 0
     # Every term in quadrature: the paired query sd, both distractor sds, the threshold term.

@@ -19,8 +19,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-# Keys whose values depend on the run, not on the numbers (wall time, paths, provenance).
-VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata"}
+# Keys whose values depend on the run, not on the numbers (wall time, paths, provenance, the
+# version that wrote the file).
+VOLATILE = {"seconds", "path", "a", "b", "scores", "metadata", "tailaware_version"}
 # Tolerances, per field, by the scale of its own rounding:
 # - every float: float32 rounding carried into float64 outputs, relative to the field's scale.
 #   The computation is reproducible across CPUs (numpy's CPU-specific float32 kernels are kept

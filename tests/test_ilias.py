@@ -23,9 +23,10 @@ N_INSTANCES, QUERIES_PER, POSITIVES_PER, SHARDS, ROWS, DIM = 6, 2, 3, 3, 200, 16
 
 
 def make_folder(path, seed=0):
-    """Writes a small ILIAS-format folder; entries in {-1/4, 0, 1/4} make every score exact."""
+    """Writes a small ILIAS-format folder; entries in {-1/4, 1/4} (DIM = 16) make every row a
+    unit vector, as ILIAS's are, and every score exact."""
     rng = np.random.default_rng(seed)
-    tern = lambda *shape: (rng.integers(-1, 2, size=shape) * 0.25).astype(np.float32)
+    tern = lambda *shape: rng.choice(np.float32([-0.25, 0.25]), size=shape)
     base = tern(N_INSTANCES, DIM)
 
     def near(v, n, flips):
@@ -60,7 +61,7 @@ def make_folder(path, seed=0):
 
 def near_all(base, rng):
     out = base.copy()
-    out[:, :4] = (rng.integers(-1, 2, size=(base.shape[0], 4)) * 0.25).astype(np.float32)
+    out[:, :4] = rng.choice(np.float32([-0.25, 0.25]), size=(base.shape[0], 4))
     return out
 
 
@@ -184,8 +185,12 @@ def test_interrupted_run_resumes_to_identical_output(folder, tmp_path, monkeypat
     work = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         ilias.run(config(folder, sample_fraction=1.0, k=20), str(work))
+    # Interrupted: the checkpoint stays for the resume; finished: it is removed.
+    assert os.listdir(work / "partials") == ["process_000_of_001.npz"]
+    assert not (reference / "partials").exists()
     monkeypatch.setattr(ilias.scoring.HostBackend, "add", original)
     ilias.run(config(folder, sample_fraction=1.0, k=20), str(work))
+    assert not (work / "partials").exists()
     for name in ("sampled_scores.npz", "prediction.json", "ranked_top20.pkl"):
         assert (work / name).read_bytes() == (reference / name).read_bytes(), name
 
@@ -231,10 +236,7 @@ def test_two_processes_merge_to_the_single_process_result(folder, tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
-    assert sorted(os.listdir(tmp_path / "multi" / "partials")) == [
-        "process_000_of_002.npz",
-        "process_001_of_002.npz",
-    ]
+    assert not (tmp_path / "multi" / "partials").exists()  # merged, then removed
     a = np.load(tmp_path / "multi" / "sampled_scores.npz")
     b = np.load(single / "sampled_scores.npz")
     for key in b.files:
@@ -276,7 +278,7 @@ def test_missing_corrupt_mismatched_and_duplicate_inputs_name_the_file(folder, t
 
     dup = _copy(folder, tmp_path / "dup")
     features.write_features(
-        os.path.join(dup, features.distractor_name(0)), np.zeros((2, DIM)), ["x/1", "x/1"]
+        os.path.join(dup, features.distractor_name(0)), np.full((2, DIM), 0.25), ["x/1", "x/1"]
     )
     with pytest.raises(ValueError, match=r"features_distractors_00000\.hdf5: .*duplicate id 'x/1'"):
         ilias.run(config(dup, sample_fraction=1.0), str(tmp_path / "w4"))

@@ -9,6 +9,7 @@ import pickle
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import pytest
 
 from tailaware.configs import ilias as ilias_config
@@ -137,11 +138,12 @@ def assert_reports_equal(got, want, atol=1e-4):
 
 
 def quantized(rng, n, centre=None, noise=1.0):
-    """[n, DIM] vectors of norm < 1 in multiples of 2^-11: float16 holds them and every dot
-    product is exact in float32, so the job and the transcription see the same scores (2^-22
-    apart at least: continuous enough that no positive ties, which `make_folder` checks)."""
+    """[n, DIM] vectors of norm 0.995 (unit within the readers' tolerance, and below 1) in
+    multiples of 2^-11: float16 holds them and every dot product is exact in float32, so the job
+    and the transcription see the same scores (2^-22 apart at least: continuous enough that no
+    positive ties, which `make_folder` checks)."""
     x = rng.standard_normal((n, DIM)) * noise + (0.0 if centre is None else centre)
-    x = 0.99 * x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = 0.995 * x / np.linalg.norm(x, axis=1, keepdims=True)
     return np.round(x * 2048) / 2048
 
 
@@ -236,7 +238,19 @@ def test_exact_report_equals_the_official_rules(tmp_path, capsys, case):
     assert "0-0.06880213760855043" in got["scale"] and "53-inf" in got["clutter"]
     out = capsys.readouterr().out
     assert f"ILIAS report at k = {k}" in out
-    assert all(f"  scale {key} " in out for key in got["scale"])
+    # Printed as a person writes them; the JSON keeps ILIAS's keys.
+    written = {
+        "0-0.06880213760855043": "0-0.069",
+        "0.06880213760855043-0.13526567164179104": "0.069-0.135",
+        "0.13526567164179104-0.2729876723163842": "0.135-0.273",
+        "0.2729876723163842-inf": "0.273-inf",
+    }
+    assert all(f"  scale {written[key]} " in out for key in got["scale"])
+    assert all(f"  clutter {key} " in out for key in got["clutter"])  # integers, as they are
+    assert "0.0688" not in out and "0.1352" not in out
+    # The report's figure: one bar per value.
+    with PIL.Image.open(tmp_path / "work" / "ilias_report.png") as png:
+        assert png.format == "PNG" and png.size[1] > 300
     # The official script evaluates the stored top-k list: there a positive that deletions would
     # lift into the top k is missing, so its group values can only be lower; no deletion, no
     # difference (map, oracle, categories).

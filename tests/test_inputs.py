@@ -204,6 +204,11 @@ def write_h5(data, path, feats, ids) -> None:
         f.write(damage_bytes(data, blob))
 
 
+def unit(x):
+    """Rows scaled to norm 1, as ILIAS descriptors are (the readers check it)."""
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
 @pytest.fixture(scope="module")
 def shards(folder):
     """A folder of three distractor shards; the test rewrites shard 1 and restores the rest."""
@@ -213,7 +218,7 @@ def shards(folder):
     for k in range(3):
         ids = [f"tar{k}/{i}" for i in range(5)]
         features.write_features(
-            os.path.join(root, features.distractor_name(k)), rng.normal(size=(5, 4)), ids
+            os.path.join(root, features.distractor_name(k)), unit(rng.normal(size=(5, 4))), ids
         )
     return root
 
@@ -384,7 +389,7 @@ def test_ilias_folder_problems_name_the_file(tmp_path):
     for k in range(2):
         ids = [f"tar{k}/{i}" for i in range(4)]
         path = tmp_path / features.distractor_name(k)
-        features.write_features(path, rng.normal(size=(4, 3)), ids)
+        features.write_features(path, unit(rng.normal(size=(4, 3))), ids)
     one = tmp_path / features.distractor_name(1)
     with h5py.File(one, "w") as f:  # 4 descriptors, 3 ids
         f.create_dataset("features", data=np.zeros((4, 3), np.float16))
@@ -438,3 +443,25 @@ def test_a_damaged_pickled_checkpoint_is_one_line(tmp_path):
     torch.save([torch.ones(2)], path)
     with pytest.raises(InputError, match=r"w.pth: expected a state dict, got list"):
         state_dict.load_state_dict(path)
+
+
+def test_descriptors_not_l2_normalised_or_not_floats_are_named(tmp_path):
+    rng = np.random.default_rng(0)
+    good = unit(rng.normal(size=(4, 8)))
+    path = tmp_path / features.distractor_name(0)
+    features.write_features(path, good, [f"d/{i}" for i in range(4)])
+    assert features.read_features(path)[0].shape == (4, 8)  # float16 rounding is within 1e-2
+    features.write_features(
+        path, good * np.asarray([[1.0], [1.0], [1.05], [1.0]]), ["a", "b", "c", "d"]
+    )
+    message = r"00000.hdf5: field 'features': row 2 has L2 norm 1.05.*not L2-normalised"
+    with pytest.raises(InputError, match=message):
+        features.read_features(path)
+    (shard,) = ilias_folder.distractor_shards(str(tmp_path), 8)
+    with pytest.raises(InputError, match=message):  # the scoring engine's block reads
+        shard.read_rows(np.arange(4))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("features", data=np.ones((4, 8), np.int8))
+        f.create_dataset("index", data=np.array([b"a", b"b", b"c", b"d"]))
+    with pytest.raises(InputError, match=r"00000.hdf5: field 'features': expected floats"):
+        features.read_features(path)

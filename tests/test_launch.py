@@ -1,18 +1,26 @@
-"""End to end through launch.py, as a user runs it: the demo and the predict command."""
+"""End to end through launch.py, as a user runs it: the help and version, the demo and the
+predict command."""
 
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 
 import numpy as np
 import pytest
 
+from tailaware.configs import predict as predict_config
 from tailaware.core import law, metrics
 from tailaware.io import scores as scores_lib
+from tailaware.io import version
 from tests.test_scores import float32_tie_fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+with open(os.path.join(ROOT, "pyproject.toml"), "rb") as _f:
+    PYPROJECT_VERSION = tomllib.load(_f)["project"]["version"]
 
 
 def launch(*args):
@@ -27,6 +35,73 @@ def launch(*args):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+def _leaves(config, prefix=""):
+    """(dotted name, value) of every field of a ConfigDict, read through its plain dict."""
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def test_help_lists_the_jobs_and_a_configs_fields_and_version_prints_it(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    command = os.path.join(os.path.dirname(sys.executable), "tailaware")  # the installed one
+    runs = {  # all at once: most of each run is starting Python
+        "launch.py": ([sys.executable, "launch.py", "--help"], ROOT),
+        "-m": ([sys.executable, "-m", "tailaware", "--help"], tmp_path),
+        "tailaware": ([command, "--help"], tmp_path),
+        "version": ([sys.executable, "launch.py", "--version"], ROOT),
+        "predict": ([command, "--config=predict", "--help"], tmp_path),
+        "missing": ([command, "--config=predictt", "--help"], tmp_path),
+    }
+    pipe = subprocess.PIPE
+    procs = {
+        name: subprocess.Popen(cmd, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+        for name, (cmd, cwd) in runs.items()
+    }
+    out = {name: p.communicate(timeout=300) for name, p in procs.items()}
+    code = {name: p.returncode for name, p in procs.items()}
+    assert code == {**dict.fromkeys(runs, 0), "missing": 1}, out
+
+    text = out["launch.py"][0]
+    assert out["-m"][0] == text and out["tailaware"][0] == text
+    assert text.startswith(f"tailaware {PYPROJECT_VERSION}: predict web-scale retrieval")
+    configs = {"demo": "default", **{j: j for j in ("predict", "ilias", "compare", "validate")}}
+    for job, name in {**configs, "embed": "embed"}.items():  # one line each, with its config
+        assert re.search(rf"^  {job} +{name} +[A-Z]\w+", text, re.MULTILINE), (job, text)
+    for flag in ("--config", "--workdir", "--verbose", "--version", "--help"):
+        assert re.search(rf"^  {flag} +[A-Z]", text, re.MULTILINE), (flag, text)
+
+    assert out["version"][0] == f"tailaware {PYPROJECT_VERSION}\n"
+    assert importlib.metadata.version("tailaware") == PYPROJECT_VERSION
+
+    # Every field of the predict config, at its default, and what it means where it is said.
+    lines = out["predict"][0].splitlines()
+    fields = dict(_leaves(predict_config.get_config().to_dict()))
+    assert len(fields) > 30
+    for name, default in fields.items():
+        assert f"  {name} = {default!r}" in lines, name
+    meaning = lambda name: lines[lines.index(f"  {name} = {fields[name]!r}") + 1]
+    assert meaning("scores").strip() == "path to the sampled-scores .npz"  # the config's comment
+    assert (
+        meaning("evt.top_m").strip() == "M, the sampled scores kept per query (the paper's 4,000)."
+    )
+    assert "gallery sizes of the curve" in meaning("protocol.curve_points")  # the class's doc
+    assert out["missing"][1].startswith("error: --config=predictt: no such file")
+
+
+def test_version_falls_back_to_pyproject_outside_an_install(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    assert version.version() == PYPROJECT_VERSION
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert version.version() == PYPROJECT_VERSION  # read from pyproject.toml
+    monkeypatch.setattr(version, "_PYPROJECT", "/nonexistent/pyproject.toml")
+    assert version.version() == "unknown"
 
 
 @pytest.mark.slow
@@ -73,6 +148,7 @@ def test_predict_command(tmp_path):
         "--config.protocol.nested_replicates=0",
     )
     pred = json.loads((tmp_path / "prediction.json").read_text())
+    assert pred["tailaware_version"] == PYPROJECT_VERSION
     want = metrics.ap_at_k_from_counts(counts, counts >= 0, 100)
     assert pred["estimator"] == "count" and pred["n_target"] == s and pred["k"] == 100
     np.testing.assert_allclose(pred["per_query_ap"], want, atol=1e-6)
@@ -96,6 +172,43 @@ def test_predict_command(tmp_path):
     assert len(big["curve"]["n"]) == len(big["curve"]["map"]) > 2
     assert "budget" in big["diagnostics"]
     assert (tmp_path / "prediction_curve.png").exists()
+
+
+@pytest.mark.slow
+def test_default_verbosity_hides_the_libtpu_probe_and_font_cache(tmp_path):
+    # A fresh machine as a new user has it: no JAX_PLATFORMS (JAX probes for a TPU) and no
+    # matplotlib font cache. The same job with --verbose shows both, so the check can fail.
+    rng = np.random.default_rng(1)
+    tail = -np.sort(-rng.uniform(0.3, 0.5, (8, 32)), axis=1)
+    pos = rng.uniform(0.35, 0.9, (8, 3))
+    counts = (tail[:, None, :] > pos[:, :, None]).sum(axis=2)
+    path = tmp_path / "scores.npz"
+    scores_lib.save_scores(path, scores_lib.make_scores(tail, pos, counts, 1000))
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    pipe = subprocess.PIPE
+    procs = {}
+    for run in ("default", "verbose"):
+        cmd = [
+            sys.executable,
+            "launch.py",
+            "--config=configs/predict.py",
+            f"--config.scores={path}",
+            "--config.n_target=100000",
+            "--config.k=10",
+            "--config.protocol.nested_replicates=0",
+            "--config.protocol.query_replicates=20",
+            f"--workdir={tmp_path / run}",
+            *(["--verbose"] if run == "verbose" else []),
+        ]
+        fresh = dict(env, MPLCONFIGDIR=str(tmp_path / f"mpl_{run}"))
+        procs[run] = subprocess.Popen(cmd, cwd=ROOT, env=fresh, stdout=pipe, stderr=pipe, text=True)
+    err = {run: p.communicate(timeout=300)[1] for run, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), err
+    assert (tmp_path / "default" / "prediction_curve.png").exists()  # matplotlib drew
+    noise = lambda line: "tpu" in line.lower() or "font" in line.lower()
+    assert [line for line in err["default"].splitlines() if noise(line)] == []
+    assert "Unable to initialize backend 'tpu'" in err["verbose"]
+    assert "generated new fontManager" in err["verbose"]
 
 
 def test_predict_command_rejects_bad_file(tmp_path):

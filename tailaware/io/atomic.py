@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tailaware.io import errors
+from tailaware.io import errors, version
 
 # Where Linux (4.7+) shows the process's file-creation mask, which os.umask can only read by
 # setting it: a moment in which another thread's new file gets the wrong permissions.
@@ -41,7 +41,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yields a temporary path beside `path`; renames it onto `path` when the block succeeds.
 
     The file gets the permissions of a plain `open(path, "w")` (0666 less the umask), not
-    mkstemp's 0600.
+    mkstemp's 0600. Before the block returns, the file's data is on disk (fsync) and so is its
+    name (fsync of the folder after the rename): a crash or power cut afterwards cannot leave
+    an empty or missing file where a run reported one written.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -52,14 +54,34 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
+        _fsync(tmp)
         os.replace(tmp, path)
+        _fsync(directory)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Writes `obj` as indented JSON, atomically."""
+def _fsync(path: str) -> None:
+    """Flushes a file's data, or a folder's entries, to disk (the writer has closed the file)."""
+    flags = os.O_RDONLY
+    if os.path.isdir(path):
+        flags |= getattr(os, "O_DIRECTORY", 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, stamp: bool = True) -> None:
+    """Writes `obj` as indented JSON, atomically.
+
+    With `stamp`, a dict gets `"tailaware_version"` first (`version.KEY`): every JSON output
+    says which tailaware wrote it. A cache compared whole on reading passes `stamp=False`.
+    """
+    if stamp and isinstance(obj, dict):
+        obj = {version.KEY: version.version(), **obj}
     with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
         f.write("\n")

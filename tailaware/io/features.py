@@ -2,7 +2,8 @@
 
 The official ILIAS evaluation writes one file per split (`features_image_queries.hdf5`,
 `features_text_queries.hdf5`, `features_positives.hdf5`) and one per 1M distractors
-(`features_distractors_{idx:05d}.hdf5`); features are float16 and L2-normalised.
+(`features_distractors_{idx:05d}.hdf5`); features are float16 and L2-normalised, which every
+read checks (`check_normalised`).
 """
 
 import contextlib
@@ -17,6 +18,9 @@ IMAGE_QUERIES = "features_image_queries.hdf5"
 TEXT_QUERIES = "features_text_queries.hdf5"
 POSITIVES = "features_positives.hdf5"
 DISTRACTOR_PATTERN = "features_distractors_{idx:05d}.hdf5"
+# ILIAS descriptors are unit vectors stored as float16, whose rounding moves a row's norm by
+# about 1e-3 at most; a norm further from 1 than this is a descriptor never normalised.
+NORM_TOLERANCE = 1e-2
 
 
 def distractor_name(idx: int) -> str:
@@ -55,8 +59,8 @@ def read_features(
     Raises:
       MissingInput: no such file.
       InputError: naming the file and field when a dataset is missing or malformed (not
-        [n, d] floats with n = len(index), NaN or infinite values, `dim` given and the feature
-        dimension differs).
+        [n, d] floats with n = len(index), NaN or infinite values, rows not L2-normalised
+        (`check_normalised`), `dim` given and the feature dimension differs).
     """
     with _open(path) as f, _reading(path):
         ids = _ids(f, path)
@@ -69,7 +73,25 @@ def read_features(
             ids = [ids[r] for r in rows]
     if not np.all(np.isfinite(feats)):
         raise errors.field_error(path, "features", "holds NaN or infinite values")
+    check_normalised(path, feats)
     return feats, ids
+
+
+def check_normalised(path: str | os.PathLike, x: np.ndarray) -> None:
+    """Raises an `InputError` naming `path` and the field `features` when a row's L2 norm is
+    further than `NORM_TOLERANCE` from 1 (scores are cosines only between unit vectors)."""
+    if x.size == 0:
+        return
+    norms = np.linalg.norm(np.asarray(x, np.float32), axis=1)
+    off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
+    if off.size:
+        raise errors.field_error(
+            path,
+            "features",
+            f"row {off[0]} has L2 norm {norms[off[0]]:.4g} ({off.size} of {len(norms)} rows off 1 "
+            f"by more than {NORM_TOLERANCE:g}): not L2-normalised: ILIAS descriptors are unit "
+            "vectors; normalise them before writing",
+        )
 
 
 def shape(path: str | os.PathLike) -> tuple[int, int]:
@@ -113,7 +135,11 @@ def _features(f: h5py.File, path, n: int, dim: int | None = None):
     """Returns the `features` dataset, checked: [n, d] floats (d = `dim` when given)."""
     ds = _dataset(f, path, "features", "[n, d] float16")
     if ds.dtype.kind != "f":
-        raise errors.field_error(path, "features", f"expected floats (float16), got {ds.dtype}")
+        raise errors.field_error(
+            path,
+            "features",
+            f"expected floats (ILIAS descriptors are float16 unit vectors), got {ds.dtype}",
+        )
     if ds.ndim != 2 or ds.shape[0] != n:
         raise errors.field_error(
             path, "features", f"has shape {ds.shape}; expected [n, d] with n = {n} rows as 'index'"

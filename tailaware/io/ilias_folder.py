@@ -163,7 +163,9 @@ def _h5_rows(path: str):
                 x = take_rows(ds, rows) if rows.size else np.zeros((0, ds.shape[1]), ds.dtype)
         except (OSError, KeyError, ValueError, TypeError) as e:
             raise errors.InputError(f"{path}: field 'features': unreadable ({e})") from e
-        return _finite(path, x, "field 'features'")
+        x = _finite(path, x, "field 'features'")
+        features.check_normalised(path, x)  # each block as it is read: no pass of its own
+        return x
 
     return read
 

@@ -2,10 +2,10 @@
 
 `python launch.py --config=configs/compare.py --config.a=A/prediction.json
 --config.b=B/prediction.json --workdir=DIR` writes DIR/comparison.json (the paired comparison,
-`tailaware.protocol.comparison`). Either may instead be a hardness artifact (`A/hardness.npz`,
-which the predict job writes beside its prediction): it is predicted at `--config.n_target` and
-`--config.k` first, with the same interval terms, so two systems can be compared at any N
-without their scores.
+`tailaware.protocol.comparison`) and its figure DIR/comparison.png, and prints the table. Either may
+instead be a hardness artifact (`A/hardness.npz`, which the predict job writes beside its
+prediction): it is predicted at `--config.n_target` and `--config.k` first, with the same interval
+terms, so two systems can be compared at any N without their scores.
 """
 
 import json
@@ -17,7 +17,7 @@ from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
 from tailaware.io.errors import InputError
 from tailaware.jobs import config as config_lib
-from tailaware.protocol import comparison, from_artifact, schema
+from tailaware.protocol import comparison, from_artifact, plots, schema
 
 
 def _read(path: str, config) -> Prediction:
@@ -50,18 +50,9 @@ def run(config, workdir: str) -> None:
         raise ValueError(f"{config.a} vs {config.b}: {e}") from e
     os.makedirs(workdir, exist_ok=True)
     a, b = os.path.abspath(config.a), os.path.abspath(config.b)
-    atomic.write_json(os.path.join(workdir, "comparison.json"), schema.comparison_json(out, a, b))
-    lo, hi = out.ci90
-    logging.info(
-        "mAP@%d at N = %s: A - B = %+.4f, 90%% CI [%+.4f, %+.4f] for these queries, "
-        "[%+.4f, %+.4f] over queries like these; P(A > B) = %.3f, resolvable margin %.4f%s",
-        out.k,
-        f"{out.n_target:,}",
-        out.difference,
-        lo,
-        hi,
-        *out.ci90_queries,
-        out.p_a_beats_b,
-        out.resolvable_margin,
-        "" if out.resolved else " (not resolved)",
-    )
+    path = os.path.join(workdir, "comparison.json")
+    atomic.write_json(path, schema.comparison_json(out, a, b))
+    print(schema.format_comparison(out, a, b))
+    curves = tuple(p.curve for p in preds)
+    plots.comparison(os.path.join(workdir, "comparison.png"), out, curves)
+    logging.info("wrote %s and comparison.png", path)

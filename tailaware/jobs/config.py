@@ -15,6 +15,7 @@ from collections.abc import Callable
 from tailaware.core.metrics import METRICS
 from tailaware.io.errors import InputError, MissingInput
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
+from tailaware.protocol.validation import ValidationSettings
 from tailaware.tail.estimators import ESTIMATORS
 from tailaware.tail.settings import TailSettings
 
@@ -22,6 +23,15 @@ from tailaware.tail.settings import TailSettings
 # (`core.law.gain_table`) takes 4096 x k doubles and a k x k product to build, in a time
 # and memory that rule out larger k (benchmarks/README.md, "Job runtimes").
 MAX_K = 10_000
+
+# The config blocks that hold a settings object's fields (`configs/default.py`,
+# `settings_block`), by block name: each field's meaning is in the class's docstring.
+SETTINGS_BLOCKS = {
+    "evt": TailSettings,
+    "protocol": ProtocolSettings,
+    "intervals": IntervalSettings,
+    "validate": ValidationSettings,
+}
 
 
 def fail(flag: str, expected: str, got=None) -> InputError:

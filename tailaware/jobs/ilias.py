@@ -1,16 +1,17 @@
 """The ILIAS job: a feature folder in, sampled scores and a prediction (or the exact mAP@k) out.
 
 `python launch.py --config=configs/ilias.py --config.features=DIR --config.sample_fraction=F
---workdir=W` writes `W/sampled_scores.npz` and `W/prediction.json` (with its curve and the
-hardness artifact); with F = 1 the evaluation is exact (`"estimator": "exact"`, the official
-mAP@k, and `report`, the official ILIAS report of `report_spec`'s groups) and
-`W/ranked_top{k}.pkl` holds the ranked lists in the official pickle layout. The folder's
-layout: `tailaware.io.ilias_folder`; the search: `tailaware.search.scoring`. See
-`configs/ilias.py`.
+--workdir=W` writes `W/sampled_scores.npz` and `W/prediction.json` (with its curve and the hardness
+artifact); with F = 1 the evaluation is exact (`"estimator": "exact"`, the official mAP@k, and
+`report`, the official ILIAS report of `report_spec`'s groups) and `W/ranked_top{k}.pkl` holds the
+ranked lists in the official pickle layout. The scoring checkpoints in `W/partials/` (an interrupted
+run resumes from them) are removed once the results are written. The folder's layout:
+`tailaware.io.ilias_folder`; the search: `tailaware.search.scoring`. See `configs/ilias.py`.
 """
 
 import os
 import pickle
+import shutil
 import time
 
 import jax
@@ -112,6 +113,9 @@ def run(config, workdir: str) -> Prediction | None:
         result = report.report(
             scores, settings, n_target, workdir, provenance, config.queries, spec
         )
+    # The checkpoints resume an interrupted run; once its results are written they are only
+    # disk (tens of MB a process). An interrupted run never gets here and keeps them.
+    shutil.rmtree(partials, ignore_errors=True)
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result
 

@@ -10,7 +10,12 @@ the same code without flags.
 
 A failure the input causes (a misspelt flag or config field, a value out of range, a file that
 is not what it should be) ends in one line on stderr that names the flag or the file and what
-was expected, and exit status 1; `--verbose` (or absl's `-v 1`) shows the traceback instead.
+was expected, and exit status 1; `--verbose` (or absl's `-v 1`) shows the traceback instead,
+and the third-party log lines hidden by default (`jobs/quiet.py`).
+
+`--help` says what tailaware does and lists its jobs and flags; with `--config=NAME` it lists
+that config's fields with their defaults and meaning (`jobs/usage.py`); `--version` prints the
+version. Each answers on stdout with exit status 0, before any config is parsed.
 """
 
 import difflib
@@ -24,8 +29,9 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from tailaware.io import version
 from tailaware.io.errors import InputError
-from tailaware.jobs import compilation_cache
+from tailaware.jobs import compilation_cache, quiet, usage
 
 
 def config_path(value: str) -> str:
@@ -84,8 +90,14 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where results are written.")
 _VERBOSE = flags.DEFINE_bool(
-    "verbose", False, "Show the traceback of a failure instead of its one-line message."
+    "verbose",
+    False,
+    "Show the traceback of a failure instead of its one-line message, and the log lines hidden "
+    "by default (JAX's libtpu probe, matplotlib's font cache).",
 )
+# Answered before the flags are parsed (`_explain`); defined so that absl accepts and lists it.
+_VERSION = flags.DEFINE_bool("version", False, "Print the version and exit.")
+_HELP = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
 
 
 def _traceback_wanted(argv=None) -> bool:
@@ -162,6 +174,35 @@ def _unknown_field(argv: list[str], error: Exception) -> str:
     )
 
 
+def _explain(argv: list[str]) -> None:
+    """Answers `--version` and `--help` (with `--config`: that config's fields) on stdout and
+    exits 0; returns when `argv` asks neither."""
+    args = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    if any(a in ("--version", "-version") for a in args):
+        print(f"tailaware {version.version()}")
+        sys.exit(0)
+    if not any(a in _HELP for a in args):
+        return
+    given = [value for _, _, value in _config_args(args)]
+    if not given:
+        held = (_CONFIG, _WORKDIR, _VERBOSE, _VERSION)
+        rows = [(f"--{f.name}", flags.FLAGS[f.name].help) for f in held]
+        rows[0] = (rows[0][0], rows[0][1] + " Default: the demo (default).")
+        rows[1] = (rows[1][0], rows[1][1] + f" Default: {_WORKDIR.default}.")
+        rows += [("--help", "This text."), ("--helpfull", "Every flag, absl's included.")]
+        print(usage.main_help(rows))
+        sys.exit(0)
+    try:
+        print(usage.config_help(config_path(given[-1]), given[-1]))
+    except InputError as e:
+        _fail(str(e))
+    except Exception as e:  # the config file itself: missing, or failing to build
+        if _traceback_wanted(argv):
+            raise
+        _fail(f"--config={given[-1]}: cannot load it ({e})")
+    sys.exit(0)
+
+
 def _main(argv: list[str]) -> None:
     """Runs the job `--config` names (absl's main, after the flags are parsed)."""
     if len(argv) > 1:
@@ -192,6 +233,9 @@ def _main(argv: list[str]) -> None:
 def main() -> None:
     """The `tailaware` command, `python -m tailaware` and `python launch.py`."""
     # absl's --help lists the flags of the program's main module; they are defined here.
-    for flag in (_CONFIG, _WORKDIR, _VERBOSE):
+    _explain(sys.argv)
+    if not _traceback_wanted(sys.argv):
+        quiet.hide_noise()
+    for flag in (_CONFIG, _WORKDIR, _VERBOSE, _VERSION):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag.name])
     app.run(_main, flags_parser=_parse_flags)

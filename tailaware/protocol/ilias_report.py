@@ -173,6 +173,28 @@ def build_spec(
     return ReportSpec(np.stack(views), tuple(view_keys), tuple(items), tuple(notes), query_ids)
 
 
+def label(v: ReportValue) -> str:
+    """Returns a report value's name as a person writes it: "scale 0.069-0.135" for the official
+    key "0.06880213760855043-0.13526567164179104" (a group's edges to 3 decimals), "map" for map.
+
+    Only the printed text and figures use it; prediction.json keeps the official keys.
+    """
+    if not v.key:
+        return v.section
+    if v.section in ("scale", "clutter"):
+        lo, hi = v.key.split("-")
+        return f"{v.section} {_edge(lo)}-{_edge(hi)}"
+    return f"{v.section} {v.key}"
+
+
+def _edge(text: str) -> str:
+    """One edge of a group's key, rounded: 3 decimals, or 2 significant digits below 0.01."""
+    x = float(text)
+    if math.isinf(x) or x.is_integer():
+        return text
+    return f"{x:.3f}".rstrip("0").rstrip(".") if abs(x) >= 0.01 else f"{x:.2g}"
+
+
 def _count(instances) -> int:
     return len(set(instances.tolist()))
 

@@ -1,4 +1,5 @@
-"""The figures the jobs write: a prediction's curve, the demo's mAP-versus-N, the validation's.
+"""The figures the jobs write: a prediction's curve, the ILIAS report, a comparison, the demo's
+mAP-versus-N, the validation's.
 
 Each builds a `matplotlib.figure.Figure` (no pyplot, so a notebook's backend is left alone) and
 writes it atomically as PNG.
@@ -9,8 +10,9 @@ import os
 import numpy as np
 from matplotlib.figure import Figure
 
-from tailaware.core.results import Prediction
+from tailaware.core.results import Comparison, Curve, Prediction, Report
 from tailaware.io import atomic
+from tailaware.protocol import ilias_report
 
 
 def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
@@ -30,6 +32,75 @@ def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
     ax.set_ylabel(f"mAP@{p.k}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic.save_figure(fig, path)
+
+
+def report_values(path: str | os.PathLike, r: Report, k: int) -> None:
+    """Writes a PNG of the ILIAS report: one bar per value in percent, in the report's order
+    (map, oracle, then each section's groups, one colour per section), with its 90% interval
+    where it has one (a prediction; an exact report has none)."""
+    values = r.values
+    y = np.arange(len(values))[::-1]
+    fig = Figure(figsize=(7, 1.2 + 0.25 * len(values)))
+    ax = fig.subplots()
+    colours = [f"C{ilias_report.SECTIONS.index(v.section)}" for v in values]
+    ax.barh(y, [v.value for v in values], color=colours, alpha=0.8)
+    with_ci = [(i, v) for i, v in enumerate(values) if v.ci90 is not None]
+    if with_ci:
+        at = np.asarray([y[i] for i, _ in with_ci])
+        mid = np.asarray([v.value for _, v in with_ci])
+        lo, hi = np.asarray([v.ci90 for _, v in with_ci]).T
+        ax.errorbar(mid, at, xerr=[mid - lo, hi - mid], fmt="none", ecolor="k", capsize=2)
+        ax.plot([], [], "k-", label="90% interval")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(y, [ilias_report.label(v) for v in values], fontsize=8)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"percent at k = {k} (oracle: recall@{k}; the rest mAP@{k})")
+    ax.set_title(f"ILIAS report, {len(r.query_ids)} queries", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    atomic.save_figure(fig, path)
+
+
+def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curve] | None) -> None:
+    """Writes a PNG of a comparison: each metric's A - B with its 90% interval and, given both
+    predictions' mAP@k curves on the same sizes, A - B over N (the curves' difference; its
+    interval is the paired one, at N only)."""
+    rows = c.metrics or {f"map@{c.k}": c}
+    same = curves is not None and all(x is not None for x in curves)
+    same = same and np.allclose(curves[0].n, curves[1].n)
+    fig = Figure(figsize=(7, 2.0 + 0.4 * len(rows) + (3.2 if same else 0.0)))
+    axes = fig.subplots(2 if same else 1, 1, squeeze=False)[:, 0]
+    ax = axes[0]
+    y = np.arange(len(rows))[::-1]
+    diff = np.asarray([m.difference for m in rows.values()])
+    lo, hi = np.asarray([m.ci90 for m in rows.values()]).T
+    ax.errorbar(diff, y, xerr=[diff - lo, hi - diff], fmt="ko", capsize=3, label="90% interval")
+    ax.axvline(0.0, color="grey", ls=":")
+    ax.set_yticks(y, [label.replace("map@", "mAP@", 1) for label in rows])
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel(f"A - B at N = {c.n_target:,}")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8)
+    if same:
+        ax = axes[1]
+        n = np.asarray(curves[0].n)
+        ax.plot(n, np.subtract(curves[0].values, curves[1].values), "-", label="A - B (curves)")
+        ax.errorbar(
+            [c.n_target],
+            [c.difference],
+            [[c.difference - c.ci90[0]], [c.ci90[1] - c.difference]],
+            fmt="ko",
+            capsize=3,
+            label="target N, paired 90% interval",
+        )
+        ax.axhline(0.0, color="grey", ls=":")
+        ax.set_xscale("log")
+        ax.set_xlabel("gallery size N (distractors)")
+        ax.set_ylabel(f"mAP@{c.k}: A - B")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     atomic.save_figure(fig, path)
 

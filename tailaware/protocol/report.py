@@ -24,13 +24,16 @@ from tailaware.protocol.settings import PredictSettings
 
 def write_prediction(p: Prediction, workdir: str, curve: bool = True) -> str:
     """Writes `workdir/prediction.json` (and with `curve`, when the prediction has one, its plot
-    `prediction_curve.png`), prints the table; returns the JSON's path."""
+    `prediction_curve.png`; with an ILIAS report, its figure `ilias_report.png`), prints the
+    table; returns the JSON's path."""
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "prediction.json")
     atomic.write_json(path, schema.prediction_json(p))
     print(schema.format_table(p))
     if curve and p.curve is not None:
         plots.prediction_curve(os.path.join(workdir, "prediction_curve.png"), p)
+    if p.report is not None:
+        plots.report_values(os.path.join(workdir, "ilias_report.png"), p.report, p.k)
     logging.info("wrote %s", path)
     return path
 

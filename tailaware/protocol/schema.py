@@ -1,8 +1,8 @@
 """prediction.json and comparison.json: the typed results written as JSON, in one place.
 
 `prediction_json` is the public layout of prediction.json (docs/outputs.md lists its fields);
-`prediction_from_json` reads back what a comparison needs. `format_table` is the plain-text
-table the predict job prints.
+`prediction_from_json` reads back what a comparison needs. `format_table` and
+`format_comparison` are the plain-text tables the predict and compare jobs print.
 """
 
 import statistics
@@ -232,6 +232,7 @@ def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction
 
 def _prediction_from_json(d: dict) -> Prediction:
     unc = d.get("uncertainty")
+    curve = d.get("curve")
     ids = d.get("query_ids")
     metrics = {
         label: MetricPrediction(
@@ -252,7 +253,19 @@ def _prediction_from_json(d: dict) -> Prediction:
         baselines=dict(d.get("baselines", {})),
         query_ids=None if ids is None else np.asarray(ids),
         interval=None if unc is None else interval_from_json(unc, d),
+        curve=None if curve is None else _curve_from_json(curve),
         metrics=metrics,
+    )
+
+
+def _curve_from_json(d: dict, key: str = "map") -> Curve:
+    """The `Curve` of a `_curve_json` object."""
+    sd = d.get("sd_distractor")
+    return Curve(
+        tuple(float(v) for v in d["n"]),
+        tuple(float(v) for v in d[key]),
+        tuple((float(lo), float(hi)) for lo, hi in d["ci90"]),
+        None if sd is None else tuple(float(v) for v in sd),
     )
 
 
@@ -324,6 +337,33 @@ def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
     return out
 
 
+def format_comparison(c: Comparison, a: str = "", b: str = "") -> str:
+    """Returns the plain-text table of a comparison: per metric A, B, A - B with its 90% interval
+    for these queries, P(A > B), whether that interval excludes 0, and the interval over queries
+    like these."""
+    rows = c.metrics or {f"map@{c.k}": c}
+    names = {label: label.replace("map@", "mAP@", 1) for label in rows}
+    w = max(14, *(len(n) + 2 for n in names.values()))
+    lines = [f"A - B at N = {c.n_target:,}, k = {c.k}"]
+    lines += [f"  {side}: {path}" for side, path in (("A", a), ("B", b)) if path]
+    head = f"  {'metric':<{w}}{'A':>8}{'B':>9}{'A - B':>10}   {'90% CI':<20}{'P(A > B)':>9}"
+    lines.append(head + f"  resolved   {'90% CI, queries like these'}")
+    for label, m in rows.items():
+        lo, hi = m.ci90
+        like = "" if m.ci90_queries is None else "[{:+.4f}, {:+.4f}]".format(*m.ci90_queries)
+        lines.append(
+            f"  {names[label]:<{w}}{m.map_a:>8.4f}{m.map_b:>9.4f}{m.difference:>+10.4f}   "
+            f"{f'[{lo:+.4f}, {hi:+.4f}]':<20}{m.p_a_beats_b:>9.3f}  "
+            f"{'yes' if m.resolved else 'no':<8}   {like}"
+        )
+    lines.append("  90% CI: the difference the full evaluations would print on these queries")
+    lines.append(
+        f"  mAP@{c.k}: a difference of {c.resolvable_margin:.4f} is the least its 90% interval "
+        "would separate from 0"
+    )
+    return "\n".join(lines)
+
+
 def _paired_json(c: Comparison) -> dict:
     """Returns the paired difference's fields of a `Comparison` (those every metric has)."""
     return {
@@ -392,7 +432,7 @@ def _ci_text(interval: Interval) -> str:
 
 def report_lines(r: Report, k: int) -> list[str]:
     """Returns the printed lines of the ILIAS report: one per value, then its notes."""
-    label = lambda v: f"{v.section} {v.key}" if v.key else v.section
+    label = ilias_report.label  # the groups' edges rounded; the JSON keeps the official keys
     width = max(22, *(len(label(v)) + 2 for v in r.values))
     lines = [f"ILIAS report at k = {k}, percent (and the number of queries averaged)"]
     for v in r.values:

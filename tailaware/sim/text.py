@@ -430,7 +430,7 @@ def embed_cached(
         if found != meta:
             raise ValueError(f"{meta_path}: cache of other texts {found}; expected {meta}")
     else:
-        atomic.write_json(meta_path, meta)
+        atomic.write_json(meta_path, meta, stamp=False)  # compared whole on the next run
     n_chunks = math.ceil(len(texts) / chunk_rows)
     paths = [os.path.join(cache_dir, f"chunk_{i:05d}.npy") for i in range(n_chunks)]
     todo = [i for i, p in enumerate(paths) if not os.path.exists(p)]
