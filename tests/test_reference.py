@@ -1,14 +1,19 @@
 """A related model's exact run correcting a new model's sampled estimate: the reference-counts
 file, the estimator against brute-force truth on paired galleries, and the jobs end to end."""
 
+import dataclasses
 import os
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from tailaware.io import errors, features, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import ilias
+from tailaware.protocol import reference
+from tailaware.protocol.settings import PredictSettings
+from tailaware.sim import paired
 from tests.test_ilias import ROWS, SHARDS, config, make_folder, official_map
 
 
@@ -99,3 +104,83 @@ def test_exact_ilias_run_writes_the_brute_force_counts(tmp_path):
         assert set(ref.positive_ids[i][ref.mask[i]]) == {pids[j] for j in mine}
     sample = scores_lib.load_scores(work / "sampled_scores.npz")
     np.testing.assert_array_equal(sample.tail_ids >= 0, np.isfinite(sample.tail_scores))
+
+
+# A paired gallery with brute-force truth: B's distractor scores per query are Gaussian, A's
+# are B's correlated with coefficient rho (rho = 1: A is B; 0: independent).
+Q_SIM, P_SIM, N_SIM, K_SIM, FRACTION = 40, 5, 20_000, 100, 0.05
+
+
+def gallery(rho: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((Q_SIM, N_SIM)).astype(np.float32) * 0.1 + 0.3
+    x = np.sort(10.0 ** rng.uniform(-4.3, -1.3, (Q_SIM, P_SIM)), axis=1)
+    pos_b = 0.3 + 0.1 * scipy.stats.norm.isf(x)
+    e = rng.standard_normal((Q_SIM, N_SIM)).astype(np.float32) * 0.1
+    e_pos = rng.standard_normal((Q_SIM, P_SIM)) * 0.1
+    c = np.sqrt(max(1.0 - rho**2, 0.0))
+    target = paired.System.from_scores(z, pos_b)
+    ref = paired.System.from_scores(rho * z + c * e, rho * pos_b + c * e_pos)
+    return target, ref
+
+
+def corrected(rho, seed=0, replicates=20):
+    target, ref = gallery(rho, seed)
+    settings = PredictSettings(k=K_SIM)
+    b = paired.draw(target, FRACTION, seed=seed)
+    a = paired.draw(ref, FRACTION, seed=seed)
+    reference.check_pair(b, a, source="A.npz")
+    got = reference.correct(
+        b,
+        a,
+        ref.reference_counts(K_SIM),
+        settings,
+        reference.ReferenceSettings(replicates=replicates, seed=seed),
+    )
+    return got.metrics[f"map@{K_SIM}"], target.exact_map(K_SIM)
+
+
+def test_a_reference_identical_to_the_target_gives_the_exact_metric():
+    m, truth = corrected(1.0)
+    assert m.lam == 1.0 and m.sd_difference == 0.0
+    assert m.difference == pytest.approx(truth, abs=1e-12)
+    assert m.value == pytest.approx(truth, abs=1e-12)
+    assert abs(m.uncorrected - truth) > 1e-3  # today's estimate was not already exact
+
+
+def test_a_close_reference_reduces_the_error():
+    errs = np.asarray(
+        [
+            (abs(m.value - truth), abs(m.uncorrected - truth), m.lam)
+            for m, truth in (corrected(0.999, seed) for seed in range(3))
+        ]
+    )
+    assert errs[:, 0].mean() < 0.5 * errs[:, 1].mean()
+    assert errs[:, 2].min() > 0.5
+
+
+def test_an_independent_reference_leaves_todays_estimate():
+    for seed in range(2):
+        m, _ = corrected(0.0, seed)
+        assert m.lam < 0.2
+        assert abs(m.value - m.uncorrected) < 0.01
+
+
+def test_poisson_weights_are_a_function_of_the_id():
+    ids = np.arange(-1, 200_000)
+    w = reference.poisson_weights(ids, 3, 7)
+    assert w[0] == 0 and w[1:].mean() == pytest.approx(1.0, abs=0.01)
+    assert w[1:].var() == pytest.approx(1.0, abs=0.02)
+    np.testing.assert_array_equal(reference.poisson_weights(ids[::-1], 3, 7), w[::-1])
+    assert (reference.poisson_weights(ids, 3, 8) != w).mean() > 0.5
+
+
+def test_pairing_mismatches_name_the_reference_file():
+    target, ref = gallery(0.9)
+    b = paired.draw(target, FRACTION, seed=0)
+    other = paired.draw(ref, 0.04, seed=0)
+    with pytest.raises(errors.InputError, match="A.npz: field 'n_sample'"):
+        reference.check_pair(b, other, source="A.npz")
+    no_ids = dataclasses.replace(paired.draw(ref, FRACTION, seed=0), tail_ids=None)
+    with pytest.raises(errors.InputError, match="A.npz: field 'tail_ids'"):
+        reference.check_pair(b, no_ids, source="A.npz")
