@@ -20,6 +20,7 @@ Command:
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -32,7 +33,6 @@ from tailaware.protocol import reference  # noqa: E402
 from tailaware.protocol.settings import PredictSettings  # noqa: E402
 from tailaware.sim import paired  # noqa: E402
 from tailaware.sim import text as tb  # noqa: E402
-from tailaware.tail import estimators  # noqa: E402
 
 NPM = "/work/.library/env/packages/npm.tsv"
 
@@ -93,6 +93,8 @@ def main():
         "lsa128": lsa,
     }
     settings = PredictSettings(k=args.k)
+    counting = dataclasses.replace(settings, estimator="count")
+    only_map = (metrics.METRICS["map"],)
     target = paired.System.from_embeddings(minilm, q_rows, slots, d_rows)
     systems = {
         name: paired.System.from_embeddings(e, q_rows, slots, d_rows) for name, e in refs.items()
@@ -115,13 +117,7 @@ def main():
         rows = {name: [] for name in systems}
         for seed in range(args.seeds):
             b_scores = paired.draw(target, fraction, seed=seed, top_m=settings.tail.top_m)
-            count_map = float(
-                np.mean(
-                    reference.metric_values(
-                        b_scores, estimators.count(b_scores), n, args.k, (metrics.METRICS["map"],)
-                    )
-                )
-            )
+            count_map = float(reference.today(b_scores, counting, n, only_map)[0].mean())
             cache = {}
             for name, sys_a in systems.items():
                 a_scores = paired.draw(sys_a, fraction, seed=seed, top_m=settings.tail.top_m)
@@ -131,11 +127,11 @@ def main():
                     sys_a.reference_counts(args.k),
                     settings,
                     reference.ReferenceSettings(replicates=args.replicates, seed=seed),
-                    metric_list=(metrics.METRICS["map"],),
+                    metric_list=only_map,
                     cache=cache,
                 )
                 m = got.metrics[label]
-                today_a = reference.today(a_scores, settings, n, (metrics.METRICS["map"],))
+                today_a = reference.today(a_scores, settings, n, only_map)
                 ppi = m.uncorrected - (float(today_a[0].mean()) - sys_a.exact_map(args.k))
                 lo, hi = m.ci90
                 rows[name].append(

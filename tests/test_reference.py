@@ -2,15 +2,18 @@
 file, the estimator against brute-force truth on paired galleries, and the jobs end to end."""
 
 import dataclasses
+import json
 import os
 
 import numpy as np
 import pytest
 import scipy.stats
 
+from tailaware.configs import predict as predict_config
 from tailaware.io import errors, features, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import ilias
+from tailaware.jobs import predict as predict_job
 from tailaware.protocol import reference
 from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import paired
@@ -184,3 +187,43 @@ def test_pairing_mismatches_name_the_reference_file():
     no_ids = dataclasses.replace(paired.draw(ref, FRACTION, seed=0), tail_ids=None)
     with pytest.raises(errors.InputError, match="A.npz: field 'tail_ids'"):
         reference.check_pair(b, no_ids, source="A.npz")
+
+
+def test_predict_job_writes_the_correction_and_names_mismatched_files(tmp_path, capsys):
+    target, ref = gallery(0.999)
+    b = paired.draw(target, FRACTION, seed=0)
+    a = paired.draw(ref, FRACTION, seed=0)
+    paths = {name: str(tmp_path / f"{name}.npz") for name in ("b", "a", "counts")}
+    scores_lib.save_scores(paths["b"], b)
+    scores_lib.save_scores(paths["a"], a)
+    reference_counts.save(paths["counts"], ref.reference_counts(K_SIM))
+    c = predict_config.get_config()
+    c.scores, c.n_target, c.k = paths["b"], N_SIM, K_SIM
+    c.reference, c.reference_scores, c.reference_replicates = paths["counts"], paths["a"], 10
+    c.protocol.nested_replicates = 0
+    predict_job.run(c, str(tmp_path / "w"))
+    saved = json.loads((tmp_path / "w" / "prediction.json").read_text())["reference"]
+    want = reference.correct(
+        b,
+        a,
+        ref.reference_counts(K_SIM),
+        PredictSettings(k=K_SIM),
+        reference.ReferenceSettings(replicates=10),
+    ).metrics[f"map@{K_SIM}"]
+    assert saved["counts"] == paths["counts"] and saved["scores"] == paths["a"]
+    assert saved["map"] == pytest.approx(want.value, abs=1e-9)
+    assert saved["lambda"] == pytest.approx(want.lam, abs=1e-9)
+    assert saved["metrics"][f"map@{K_SIM}"]["uncorrected"] == pytest.approx(want.uncorrected)
+    assert "REFERENCE" in capsys.readouterr().out
+    # A reference of another gallery size, or another sample, is named in one line.
+    c.n_target = N_SIM + 1
+    with pytest.raises(errors.InputError, match="counts.npz: field 'n_distractors'"):
+        predict_job.run(c, str(tmp_path / "w2"))
+    c.n_target = N_SIM
+    other = paired.draw(ref, 0.04, seed=0)
+    scores_lib.save_scores(paths["a"], other)
+    with pytest.raises(errors.InputError, match="a.npz: field 'n_sample'"):
+        predict_job.run(c, str(tmp_path / "w3"))
+    c.reference_scores = ""
+    with pytest.raises(errors.InputError, match="reference_scores"):
+        predict_job.run(c, str(tmp_path / "w4"))

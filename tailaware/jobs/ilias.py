@@ -132,8 +132,9 @@ def run(config, workdir: str) -> Prediction | None:
             **config_lib.metadata(config),
         }
         spec = report_spec(config, queries.ids, positives.ids, slots)
+        ref = config_lib.reference_inputs(config, scores, settings, n_target)
         result = report.report(
-            scores, settings, n_target, workdir, provenance, config.queries, spec
+            scores, settings, n_target, workdir, provenance, config.queries, spec, ref=ref
         )
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result

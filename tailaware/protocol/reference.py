@@ -42,9 +42,9 @@ from typing import NamedTuple
 import numpy as np
 
 from tailaware.core import evaluate, metrics
-from tailaware.io import errors
+from tailaware.io import errors, reference_counts
 from tailaware.io.reference_counts import ReferenceCounts
-from tailaware.io.scores import SampledScores, count_above
+from tailaware.io.scores import SampledScores, count_above, load_scores
 from tailaware.protocol.settings import PredictSettings
 from tailaware.tail import dequantize, estimators
 
@@ -308,3 +308,58 @@ def correct(
         replicates=int(ref_settings.replicates),
         share_paired=float(paired.sum() / max(mask.sum(), 1)),
     )
+
+
+class Inputs(NamedTuple):
+    """A reference's files, read and checked against a target (`load_inputs`)."""
+
+    scores: SampledScores
+    counts: ReferenceCounts
+    scores_path: str
+    counts_path: str
+    settings: ReferenceSettings
+
+
+def load_inputs(
+    counts_path: str,
+    scores_path: str,
+    target: SampledScores,
+    *,
+    k: int,
+    n_target: int,
+    settings: ReferenceSettings = ReferenceSettings(),
+) -> Inputs:
+    """Reads a reference's exact counts and its sampled scores of `target`'s sample and checks
+    them against `target`, k and N (`n_target` must be the reference run's N).
+
+    Raises:
+      InputError: naming the file and the field that does not match.
+    """
+    counts = reference_counts.load(counts_path)
+    reference_counts.check(counts, target, k=k, source=counts_path)
+    if counts.n_distractors != int(n_target):
+        raise errors.field_error(
+            counts_path,
+            "n_distractors",
+            f"the run's N = {counts.n_distractors}, the prediction's n_target = {n_target}",
+        )
+    scores = load_scores(scores_path)
+    check_pair(target, scores, source=scores_path)
+    return Inputs(scores, counts, scores_path, counts_path, settings)
+
+
+def summary(c: Correction, inputs: Inputs) -> str:
+    """Returns the summary lines of a correction: the reference, and per metric lambda, the
+    corrected and the uncorrected value."""
+    lines = [
+        f"REFERENCE {inputs.counts_path} (exact, N = {c.n_distractors:,}) with its scores of the "
+        f"same sample {inputs.scores_path}: {c.share_paired:.0%} of positives paired, "
+        f"{c.replicates} joint bootstrap replicates"
+    ]
+    for m in c.metrics.values():
+        lines.append(
+            f"  {m.label}: corrected {m.value:.4f} [{m.ci90[0]:.4f}, {m.ci90[1]:.4f}] "
+            f"(lambda {m.lam:.2f}); uncorrected {m.uncorrected:.4f}, difference estimator "
+            f"{m.difference:.4f}"
+        )
+    return "\n".join(lines)
