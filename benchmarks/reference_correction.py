@@ -6,11 +6,11 @@ embedded by MiniLM-L6 (the target B) and scored exactly against every distractor
 of decreasing closeness: B's own PCA-256 projection, its float16 and int8 quantizations, and
 LSA-128 (an unrelated encoder). For each fraction and seed, a uniform sample of the distractors
 gives B's and A's sampled scores of the same items (`tailaware.sim.paired.draw`), and the
-script prints, per reference and fraction, over the seeds: the mean |error| of mAP@k at N for
-the corrected prediction (`tailaware.protocol.reference.correct`), today's default (the
-configured estimator) and plain counts (x = K / S), the PPI++-form control variate at
-lambda = 1 (today's estimator on A's sample minus A's exact error), the mean lambda, how often
-the 90% interval held the truth and its mean half-width.
+script prints, per reference and fraction, the mean over the seeds of: |error| of mAP@k at N
+of the corrected prediction in each form (`tailaware.protocol.reference.correct`: "ppi",
+today's error on A scaled by lambda taken off; "difference", the difference estimator mixed in
+by lambda) with its lambda, whether its 90% interval held the truth and its half-width; and
+|error| of today's default (the configured estimator) and of plain counts (x = K / S).
 
 Embeddings are cached under --workdir (MiniLM ~5 min on one core the first time; a rerun
 skips it). PyPI summaries are never read.
@@ -110,8 +110,9 @@ def main():
         print(f"  {name}: exact mAP@{args.k} = {metrics.map_from_counts(sys_a.counts, args.k):.4f}")
     label = f"map@{args.k}"
     print(
-        f"\n| reference | fraction | corrected | today ({settings.estimator}) | count | "
-        "PPI lambda=1 | lambda | coverage90 | half-width |\n|---|---|---|---|---|---|---|---|---|"
+        f"\n| reference | fraction | PPI form | lambda | cov90 | half-width | difference form | "
+        f"lambda | cov90 | half-width | today ({settings.estimator}) | count |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for fraction in map(float, args.fractions.split(",")):
         rows = {name: [] for name in systems}
@@ -121,37 +122,28 @@ def main():
             cache = {}
             for name, sys_a in systems.items():
                 a_scores = paired.draw(sys_a, fraction, seed=seed, top_m=settings.tail.top_m)
-                got = reference.correct(
-                    b_scores,
-                    a_scores,
-                    sys_a.reference_counts(args.k),
-                    settings,
-                    reference.ReferenceSettings(replicates=args.replicates, seed=seed),
-                    metric_list=only_map,
-                    cache=cache,
-                )
-                m = got.metrics[label]
-                today_a = reference.today(a_scores, settings, n, only_map)
-                ppi = m.uncorrected - (float(today_a[0].mean()) - sys_a.exact_map(args.k))
-                lo, hi = m.ci90
-                rows[name].append(
-                    (
-                        abs(m.value - exact_b),
-                        abs(m.uncorrected - exact_b),
-                        abs(count_map - exact_b),
-                        abs(ppi - exact_b),
-                        m.lam,
-                        lo <= exact_b <= hi,
-                        (hi - lo) / 2,
-                    )
-                )
+                row = []
+                for form in reference.FORMS:
+                    m = reference.correct(
+                        b_scores,
+                        a_scores,
+                        sys_a.reference_counts(args.k),
+                        settings,
+                        reference.ReferenceSettings(
+                            replicates=args.replicates, seed=seed, form=form
+                        ),
+                        metric_list=only_map,
+                        cache=cache,
+                    ).metrics[label]
+                    lo, hi = m.ci90
+                    row += [abs(m.value - exact_b), m.lam, lo <= exact_b <= hi, (hi - lo) / 2]
+                rows[name].append(row + [abs(m.uncorrected - exact_b), abs(count_map - exact_b)])
             print(f"  f={fraction} seed={seed} done at {time.monotonic() - t0:.0f} s", flush=True)
         for name, r in rows.items():
-            a = np.asarray(r, np.float64)
+            a = np.asarray(r, np.float64).mean(axis=0)
             print(
-                f"| {name} | {fraction:g} | {a[:, 0].mean():.4f} | {a[:, 1].mean():.4f} | "
-                f"{a[:, 2].mean():.4f} | {a[:, 3].mean():.4f} | {a[:, 4].mean():.2f} | "
-                f"{a[:, 5].mean():.2f} | {a[:, 6].mean():.4f} |",
+                f"| {name} | {fraction:g} | {a[0]:.4f} | {a[1]:.2f} | {a[2]:.2f} | {a[3]:.4f} | "
+                f"{a[4]:.4f} | {a[5]:.2f} | {a[6]:.2f} | {a[7]:.4f} | {a[8]:.4f} | {a[9]:.4f} |",
                 flush=True,
             )
     print(f"\ntotal {time.monotonic() - t0:.0f} s")

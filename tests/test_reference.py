@@ -127,7 +127,7 @@ def gallery(rho: float, seed: int = 0):
     return target, ref
 
 
-def corrected(rho, seed=0, replicates=20):
+def corrected(rho, seed=0, form="ppi", replicates=12):
     target, ref = gallery(rho, seed)
     settings = PredictSettings(k=K_SIM)
     b = paired.draw(target, FRACTION, seed=seed)
@@ -138,24 +138,27 @@ def corrected(rho, seed=0, replicates=20):
         a,
         ref.reference_counts(K_SIM),
         settings,
-        reference.ReferenceSettings(replicates=replicates, seed=seed),
+        reference.ReferenceSettings(replicates=replicates, seed=seed, form=form),
     )
     return got.metrics[f"map@{K_SIM}"], target.exact_map(K_SIM)
 
 
-def test_a_reference_identical_to_the_target_gives_the_exact_metric():
-    m, truth = corrected(1.0)
-    assert m.lam == 1.0 and m.sd_difference == 0.0
+@pytest.mark.parametrize("form", reference.FORMS)
+def test_a_reference_identical_to_the_target_gives_the_exact_metric(form):
+    m, truth = corrected(1.0, form=form)
+    assert m.lam == pytest.approx(1.0, abs=1e-9) and m.sd_difference == 0.0
     assert m.difference == pytest.approx(truth, abs=1e-12)
-    assert m.value == pytest.approx(truth, abs=1e-12)
+    assert m.value == pytest.approx(truth, abs=1e-9)
+    assert m.sd == pytest.approx(0.0, abs=1e-9)
     assert abs(m.uncorrected - truth) > 1e-3  # today's estimate was not already exact
 
 
-def test_a_close_reference_reduces_the_error():
+@pytest.mark.parametrize("form", reference.FORMS)
+def test_a_close_reference_reduces_the_error(form):
     errs = np.asarray(
         [
             (abs(m.value - truth), abs(m.uncorrected - truth), m.lam)
-            for m, truth in (corrected(0.999, seed) for seed in range(3))
+            for m, truth in (corrected(0.999, seed, form) for seed in range(2))
         ]
     )
     assert errs[:, 0].mean() < 0.5 * errs[:, 1].mean()
@@ -163,9 +166,12 @@ def test_a_close_reference_reduces_the_error():
 
 
 def test_an_independent_reference_leaves_todays_estimate():
+    # The default form only: the difference form's lambda rests on one noisy estimate of
+    # today's bias (its square less its noise, clipped at 0) and strays to 0.2-0.3 here
+    # (docs/estimators.md).
     for seed in range(2):
         m, _ = corrected(0.0, seed)
-        assert m.lam < 0.2
+        assert m.lam < 0.1
         assert abs(m.value - m.uncorrected) < 0.01
 
 
@@ -208,7 +214,7 @@ def test_predict_job_writes_the_correction_and_names_mismatched_files(tmp_path, 
         a,
         ref.reference_counts(K_SIM),
         PredictSettings(k=K_SIM),
-        reference.ReferenceSettings(replicates=10),
+        reference.ReferenceSettings(replicates=10, seed=0),
     ).metrics[f"map@{K_SIM}"]
     assert saved["counts"] == paths["counts"] and saved["scores"] == paths["a"]
     assert saved["map"] == pytest.approx(want.value, abs=1e-9)

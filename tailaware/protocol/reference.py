@@ -51,6 +51,7 @@ from tailaware.tail import dequantize, estimators
 # Poisson(1)'s CDF at 0..19 (the mass beyond, < 1e-18, folds into 19).
 _POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
 _Z90 = 1.6448536269514722
+FORMS = ("ppi", "difference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +59,23 @@ class ReferenceSettings:
     """The correction's settings.
 
     Attributes:
-      replicates: joint bootstrap replicates (each reruns the configured estimator once).
+      replicates: joint bootstrap replicates (each reruns the configured estimator once per
+        model).
       seed: the bootstrap's hash seed.
+      form: "ppi" (today's estimator's known error on the reference, scaled by lambda, taken
+        off today's prediction) or "difference" (the difference estimator's metric, mixed in
+        by lambda); the module docstring.
     """
 
     replicates: int = 50
     seed: int = 0
+    form: str = "ppi"
 
     def __post_init__(self):
         if self.replicates < 2:
             raise ValueError(f"replicates must be >= 2, got {self.replicates}")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
 
 
 class MetricCorrection(NamedTuple):
@@ -84,6 +92,7 @@ class MetricCorrection(NamedTuple):
       sd_uncorrected, sd_difference: the replicates' sds of V_T and V_D.
       bias: V_T - V_D, today's estimated bias.
       per_query: [Q] the corrected per-query values.
+      reference_error: form "ppi": today's estimator's error on the reference, V_T^A - V_A.
     """
 
     label: str
@@ -97,6 +106,7 @@ class MetricCorrection(NamedTuple):
     sd_difference: float
     bias: float
     per_query: np.ndarray
+    reference_error: float = float("nan")
 
 
 class Correction(NamedTuple):
@@ -221,6 +231,16 @@ def choose_lambda(bias, var_t, var_d, cov) -> float:
     return float(np.clip((b2 + var_t - cov) / den, 0.0, 1.0))
 
 
+def ppi_lambda(t_b: np.ndarray, t_a: np.ndarray) -> float:
+    """Returns PPI++'s lambda = Cov(V_T^B, V_T^A) / Var(V_T^A) over the joint replicates [R],
+    cut to [0, 1] (0 when A's replicates do not move): how much of today's error on A carries
+    over to B when the same sampled items move both (Angelopoulos et al. 2023, PPI++)."""
+    var = float(np.var(t_a, ddof=1))
+    if var <= 0.0:
+        return 0.0
+    return float(np.clip(np.cov(t_b, t_a)[0, 1] / var, 0.0, 1.0))
+
+
 def correct(
     target: SampledScores,
     reference: SampledScores,
@@ -260,7 +280,13 @@ def correct(
     no_spread = dataclasses.replace(
         settings, tail=dataclasses.replace(settings.tail, tie_share=float("inf"))
     )
-    rep_t, rep_d = [], []
+    ppi = ref_settings.form == "ppi"
+    if ppi:  # today's estimator on A's sample, and A's exact metric
+        v_ta = today(reference, settings, n, metric_list)
+        exact_a = np.where(mask, counts.counts[:, : mask.shape[1]] + reference.fixed_counts, -1)
+        v_a = _realized(metric_list, exact_a, mask, k)
+        spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
+    rep_t, rep_d, rep_ta = [], [], []
     for r in range(ref_settings.replicates):
         w_b = poisson_weights(target.tail_ids, ref_settings.seed, r)
         w_a = poisson_weights(reference.tail_ids, ref_settings.seed, r)
@@ -276,6 +302,11 @@ def correct(
             target, reference, counts, np.maximum(cb_r, 0), np.maximum(ca_r, 0)
         )
         rep_d.append(_realized(metric_list, d_r, mask, k))
+        if ppi:
+            resampled_a = dataclasses.replace(
+                reference, tail_scores=_resampled_tail(spread_a, w_a), pos_counts=ca_r
+            )
+            rep_ta.append(today(resampled_a, no_spread, n, metric_list))
     rep_t, rep_d = np.stack(rep_t), np.stack(rep_d)  # [R, M, Q]
 
     out = {}
@@ -284,10 +315,19 @@ def correct(
         t_r, d_r = rep_t[:, i].mean(axis=1), rep_d[:, i].mean(axis=1)
         cov = np.cov(t_r, d_r)
         bias = float(t_q.mean() - d_q.mean())
-        lam = choose_lambda(bias, cov[0, 0], cov[1, 1], cov[0, 1])
-        per_query = np.clip(t_q + lam * (d_q - t_q), 0.0, 1.0)
+        ref_error = float("nan")
+        if ppi:
+            ta_r = np.stack(rep_ta)[:, i].mean(axis=1)
+            lam = ppi_lambda(t_r, ta_r)
+            error_q = v_ta[i] - v_a[i]  # today's error on A, known exactly
+            ref_error = float(error_q.mean())
+            per_query = np.clip(t_q - lam * error_q, 0.0, 1.0)
+            sd = float(np.std(t_r - lam * ta_r, ddof=1))
+        else:
+            lam = choose_lambda(bias, cov[0, 0], cov[1, 1], cov[0, 1])
+            per_query = np.clip(t_q + lam * (d_q - t_q), 0.0, 1.0)
+            sd = float(np.std(t_r + lam * (d_r - t_r), ddof=1))
         value = float(per_query.mean())
-        sd = float(np.std(t_r + lam * (d_r - t_r), ddof=1))
         out[metric.label(k)] = MetricCorrection(
             label=metric.label(k),
             value=value,
@@ -300,6 +340,7 @@ def correct(
             sd_difference=float(np.sqrt(cov[1, 1])),
             bias=bias,
             per_query=per_query,
+            reference_error=ref_error,
         )
     return Correction(
         metrics=out,
