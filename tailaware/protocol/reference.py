@@ -23,7 +23,9 @@ covariance from a joint bootstrap of the sampled items and b^2 today's squared b
 V_T - V_D less its noise (clipped at 0). A reference as good as the target gives var_D = 0 and
 lambda = 1 (the exact metric when A = B); a useless one, whose D noise matches or exceeds
 today's error, gives lambda ~ 0 (today's prediction). Why the metric level and this form:
-docs/estimators.md ("Correcting with a reference model's exact run").
+docs/estimators.md ("Correcting with a reference model's exact run"); the
+PPI form (the default, `ReferenceSettings.form`) instead takes lambda times today's known error
+on the reference, V_T^A - V_A, off V_T, lambda = Cov / Var of the joint replicates (PPI++).
 
 The joint bootstrap gives every sampled item one Poisson(1) weight per replicate, a hash of its
 distractor id (`SampledScores.tail_ids`), so B's and A's files, scored on the same id-hash
