@@ -34,4 +34,9 @@ def get_config(arg=None):
     c.positive_info = ""
     c.taxonomy = ""
     c.metadata = ""  # JSON object kept in the hardness artifact, e.g. '{"model": "dinov2_b14"}'
+    # A related model's exact run (an exact ILIAS run's reference_counts.npz) and its sampled
+    # scores of the same sample correct the prediction (docs/estimators.md); both or neither.
+    c.reference = ""
+    c.reference_scores = ""
+    c.reference_replicates = 50  # joint bootstrap replicates, each reruns the estimator once
     return c

@@ -21,4 +21,9 @@ def get_config(arg=None):
     c.scores = ""  # path to the sampled-scores .npz
     c.artifact = ""  # or: a hardness artifact .npz (a predict job's hardness.npz)
     c.metadata = ""  # JSON object kept in the artifact, e.g. '{"model": "dinov2_b14"}'
+    # A related model's exact run (an exact ILIAS run's reference_counts.npz) and its sampled
+    # scores of the same sample correct the prediction (docs/estimators.md); both or neither.
+    c.reference = ""
+    c.reference_scores = ""
+    c.reference_replicates = 50  # joint bootstrap replicates, each reruns the estimator once
     return c

@@ -12,6 +12,9 @@ Q queries, M stored tail scores per query and P positives per query (padded).
 - `fixed_counts` int64 [Q, P], optional: non-relevant items of the always-indexed database
   (e.g. other instances' positives) strictly above each positive; default 0.
 - `query_ids` str [Q], optional.
+- `tail_ids` int64 [Q, M], optional: the distractor ids of `tail_scores` (-1 at padding). Two
+  models scored on the same id-hash sample then pair item by item (a reference's correction,
+  `tailaware.protocol.reference`).
 
 Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
 outranks a positive only when its score is strictly greater.
@@ -50,6 +53,7 @@ class SampledScores:
     fixed_counts: np.ndarray
     query_ids: np.ndarray | None = None
     reconciled: int = 0  # positives whose count was reconciled with a float32 tie on reading
+    tail_ids: np.ndarray | None = None  # [Q, M] int64 ids of tail_scores, -1 at padding
 
     @property
     def mask(self) -> np.ndarray:
@@ -69,6 +73,7 @@ class SampledScores:
             pos_counts=self.pos_counts[queries],
             fixed_counts=self.fixed_counts[queries],
             query_ids=None if self.query_ids is None else self.query_ids[queries],
+            tail_ids=None if self.tail_ids is None else self.tail_ids[queries],
         )
 
 
@@ -80,6 +85,7 @@ def make_scores(
     *,
     fixed_counts=None,
     query_ids=None,
+    tail_ids=None,
     source: str = "<arrays>",
 ) -> SampledScores:
     """Builds a validated `SampledScores` from arrays, casting to the file's dtypes.
@@ -97,6 +103,8 @@ def make_scores(
         fields["fixed_counts"] = np.asarray(fixed_counts, dtype=np.int64)
     if query_ids is not None:
         fields["query_ids"] = np.asarray(query_ids, dtype=str)
+    if tail_ids is not None:
+        fields["tail_ids"] = np.asarray(tail_ids, dtype=np.int64)
     return _validate(fields, source)
 
 
@@ -146,6 +154,8 @@ def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
     )
     if scores.query_ids is not None:
         arrays["query_ids"] = np.asarray(scores.query_ids, dtype=str)
+    if scores.tail_ids is not None:
+        arrays["tail_ids"] = scores.tail_ids
     atomic.write_npz(path, **arrays)
 
 
@@ -261,10 +271,23 @@ def _validate(fields: dict, src: str) -> SampledScores:
     query_ids = fields.get("query_ids")
     if query_ids is not None:
         check_ids(query_ids, q, fail)
-    return SampledScores(tail, pos, counts, s, fixed, query_ids, reconciled)
+    tail_ids = fields.get("tail_ids")
+    if tail_ids is not None:
+        _check_dtype(tail_ids, np.int64, "tail_ids", fail)
+        if tail_ids.shape != tail.shape:
+            fail(
+                "tail_ids", f"expected the shape of tail_scores {tail.shape}, got {tail_ids.shape}"
+            )
+        if ((tail_ids < 0) != ~finite).any() or (tail_ids < -1).any():
+            fail("tail_ids", "expected ids >= 0 at the finite scores and -1 exactly at padding")
+        ordered = np.sort(tail_ids, axis=1)
+        if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any():
+            fail("tail_ids", "an id repeats within a query's row")
+    return SampledScores(tail, pos, counts, s, fixed, query_ids, reconciled, tail_ids)
 
 
 FIELDS = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
+FIELDS += ("tail_ids",)
 
 
 def _agree_with_tail(tail, pos, counts, valid, *, full, fail) -> tuple[np.ndarray, int]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tailaware.core.metrics import METRICS
 from tailaware.io.errors import InputError, MissingInput
+from tailaware.protocol import reference
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
 from tailaware.protocol.validation import ValidationSettings
 from tailaware.tail.estimators import ESTIMATORS
@@ -157,8 +158,42 @@ def check_predict(config) -> PredictSettings:
         existing_file("scores", scores, "a sampled-scores .npz file")
     else:
         existing_file("artifact", art, "a hardness artifact .npz (a predict job's hardness.npz)")
+        if config.get("reference", ""):
+            raise InputError("--config.reference: needs --config.scores, not an artifact")
+    check_reference(config)
     metadata(config)
     return settings
+
+
+def check_reference(config) -> None:
+    """Checks the reference flags: both files or neither, and replicates >= 2."""
+    ref, ref_scores = config.get("reference", ""), config.get("reference_scores", "")
+    if bool(ref) != bool(ref_scores):
+        raise InputError(
+            "--config.reference / --config.reference_scores: expected both: a reference-counts "
+            ".npz (an exact ILIAS run's reference_counts.npz) and that model's sampled-scores "
+            ".npz of the same sample"
+        )
+    if ref:
+        existing_file("reference", ref, "a reference-counts .npz file")
+        existing_file("reference_scores", ref_scores, "a sampled-scores .npz file")
+        check(config, "reference_replicates", at_least(2), "replicates >= 2")
+
+
+def reference_inputs(config, scores, settings: PredictSettings, n_target: int):
+    """Returns the reference's checked inputs (`reference.load_inputs`), or None without one."""
+    if not config.get("reference", ""):
+        return None
+    return reference.load_inputs(
+        config.reference,
+        config.reference_scores,
+        scores,
+        k=settings.k,
+        n_target=n_target,
+        settings=reference.ReferenceSettings(
+            replicates=int(config.reference_replicates), seed=int(config.get("seed", 0))
+        ),
+    )
 
 
 def check_ilias(config, queries, backends) -> PredictSettings:
@@ -175,6 +210,7 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     check(config, "expected_shards", at_least(0), "a number of shards >= 0 (0: any)")
     check(config, "checkpoint_every_s", at_least(0.0), "seconds >= 0")
     check(config, "seed", at_least(0), "a seed >= 0")
+    check_reference(config)
     for flag, what in (
         ("positive_info", "positive_ids.txt, CSV id,scale,clutter"),
         ("taxonomy", "a taxonomy JSON: category -> subcategory -> sub-subcategory -> [names]"),

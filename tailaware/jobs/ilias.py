@@ -1,12 +1,14 @@
 """The ILIAS job: a feature folder in, sampled scores and a prediction (or the exact mAP@k) out.
 
 `python launch.py --config=configs/ilias.py --config.features=DIR --config.sample_fraction=F
---workdir=W` writes `W/sampled_scores.npz` and `W/prediction.json` (with its curve and the hardness
-artifact); with F = 1 the evaluation is exact (`"estimator": "exact"`, the official mAP@k, and
-`report`, the official ILIAS report of `report_spec`'s groups) and `W/ranked_top{k}.pkl` holds the
-ranked lists in the official pickle layout. The scoring checkpoints in `W/partials/` (an interrupted
-run resumes from them) are removed once the results are written. The folder's layout:
-`tailaware.io.ilias_folder`; the search: `tailaware.search.scoring`. See `configs/ilias.py`.
+--workdir=W` writes `W/sampled_scores.npz` and `W/prediction.json` (with its curve and the
+hardness artifact); with F = 1 the evaluation is exact (`"estimator": "exact"`, the official
+mAP@k, and `report`, the official ILIAS report of `report_spec`'s groups), `W/ranked_top{k}.pkl`
+holds the ranked lists in the official pickle layout and `W/reference_counts.npz` the exact
+counts that correct a related model's sampled estimate (`tailaware.io.reference_counts`). The
+scoring checkpoints in `W/partials/` (an interrupted run resumes from them) are removed once
+the results are written. The folder's layout: `tailaware.io.ilias_folder`; the search:
+`tailaware.search.scoring`. See `configs/ilias.py`.
 """
 
 import os
@@ -19,7 +21,7 @@ import numpy as np
 from absl import logging
 
 from tailaware.core.results import Prediction
-from tailaware.io import atomic, features, ilias_folder
+from tailaware.io import atomic, features, ilias_folder, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import config as config_lib
 from tailaware.protocol import ilias_report, prediction, report
@@ -88,7 +90,14 @@ def run(config, workdir: str) -> Prediction | None:
         )
     counts = np.where(slots >= 0, state.counts, -1)
     scores = scores_lib.make_scores(
-        state.vals, pos, counts, n_sample, fixed_counts=fixed, query_ids=queries.ids, source=workdir
+        state.vals,
+        pos,
+        counts,
+        n_sample,
+        fixed_counts=fixed,
+        query_ids=queries.ids,
+        tail_ids=np.where(np.isfinite(state.vals), state.ids, -1),
+        source=workdir,
     )
     scores_lib.save_scores(os.path.join(workdir, "sampled_scores.npz"), scores)
     n_target = int(config.n_target) or n_distractors
@@ -103,6 +112,20 @@ def run(config, workdir: str) -> Prediction | None:
         lists["query_ids"] = [str(i) for i in queries.ids]
         _write_pickle(os.path.join(workdir, f"ranked_top{settings.k}.pkl"), lists)
         report.write_prediction(result, workdir)
+        names = tuple(result.metrics)
+        reference_counts.save(
+            os.path.join(workdir, "reference_counts.npz"),
+            reference_counts.make(
+                counts,
+                queries.ids,
+                ilias_folder.slot_positive_ids(slots, positives.ids),
+                n_distractors=n_distractors,
+                k=settings.k,
+                metric_names=names,
+                metric_values=[result.metrics[n].value for n in names],
+                source=workdir,
+            ),
+        )
     else:  # prediction.json, its curve and the hardness artifact
         provenance = {
             "features": config.features,
@@ -110,8 +133,9 @@ def run(config, workdir: str) -> Prediction | None:
             **config_lib.metadata(config),
         }
         spec = report_spec(config, queries.ids, positives.ids, slots)
+        ref = config_lib.reference_inputs(config, scores, settings, n_target)
         result = report.report(
-            scores, settings, n_target, workdir, provenance, config.queries, spec
+            scores, settings, n_target, workdir, provenance, config.queries, spec, ref=ref
         )
     # The checkpoints resume an interrupted run; once its results are written they are only
     # disk (tens of MB a process). An interrupted run never gets here and keeps them.

@@ -5,7 +5,10 @@
 its curve `DIR/prediction_curve.png` and the hardness artifact `DIR/hardness.npz`, and prints a
 table of the prediction next to the baselines. With `--config.artifact=DIR/hardness.npz`
 instead of `--config.scores` it predicts from the artifact at any N and k, with the same
-interval, without the scores.
+interval, without the scores. With `--config.reference=R.npz` (a related model's exact run,
+`reference_counts.npz` of the ILIAS job's exact mode) and `--config.reference_scores=A.npz`
+(that model's sampled scores of the same sample) the prediction is also corrected by it
+(prediction.json's `reference`; docs/estimators.md).
 """
 
 from tailaware.io import artifact
@@ -20,7 +23,9 @@ def run(config, workdir: str) -> None:
     n_target = int(config.n_target)
     if config.scores:
         metadata = {"scores": config.scores, **config_lib.metadata(config)}
-        report.report(load_scores(config.scores), settings, n_target, workdir, metadata)
+        scores = load_scores(config.scores)
+        ref = config_lib.reference_inputs(config, scores, settings, n_target)
+        report.report(scores, settings, n_target, workdir, metadata, ref=ref)
         return
     art = artifact.load(config.artifact)
     p = from_artifact.predict(art, settings, n_target, str(config.artifact))

@@ -18,18 +18,21 @@ from absl import logging
 from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
 from tailaware.io.scores import SampledScores
-from tailaware.protocol import ilias_report, plots, prediction, schema
+from tailaware.protocol import ilias_report, plots, prediction, reference, schema
 from tailaware.protocol.settings import PredictSettings
 
 
-def write_prediction(p: Prediction, workdir: str, curve: bool = True) -> str:
+def write_prediction(p: Prediction, workdir: str, curve: bool = True, correction=None) -> str:
     """Writes `workdir/prediction.json` (and with `curve`, when the prediction has one, its plot
     `prediction_curve.png`; with an ILIAS report, its figure `ilias_report.png`), prints the
-    table; returns the JSON's path."""
+    table; returns the JSON's path. `correction`: a (`reference.Correction`,
+    `reference.Inputs`) pair, written and printed with it."""
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "prediction.json")
-    atomic.write_json(path, schema.prediction_json(p))
+    atomic.write_json(path, schema.prediction_json(p, correction))
     print(schema.format_table(p))
+    if correction is not None:
+        print(reference.summary(*correction))
     if curve and p.curve is not None:
         plots.prediction_curve(os.path.join(workdir, "prediction_curve.png"), p)
     if p.report is not None:
@@ -70,13 +73,16 @@ def report(
     metadata: dict | None = None,
     queries: str | None = None,
     spec: ilias_report.ReportSpec | None = None,
+    ref: reference.Inputs | None = None,
 ) -> Prediction:
     """Predicts at `n_target` and writes prediction.json, its curve plot and the hardness
     artifact `hardness.npz` (with the reruns and the distractor sds; `metadata` joins the tail
     settings in its provenance); returns the prediction.
 
     `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output;
-    `spec`, its official report's groups, adds the predicted report.
+    `spec`, its official report's groups, adds the predicted report; `ref`, a reference model's
+    exact run and sampled scores (`reference.load_inputs`), the corrected prediction
+    (`reference.correct`, prediction.json's `reference`).
     """
     q, m = scores.tail_scores.shape
     what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
@@ -96,5 +102,12 @@ def report(
     )
     os.makedirs(workdir, exist_ok=True)
     artifact.save(os.path.join(workdir, "hardness.npz"), art)
-    write_prediction(p, workdir)
+    correction = None
+    if ref is not None:
+        with progress("correcting with the reference", ref.counts_path):
+            correction = (
+                reference.correct(scores, ref.scores, ref.counts, settings, ref.settings),
+                ref,
+            )
+    write_prediction(p, workdir, correction=correction)
     return p

@@ -22,7 +22,7 @@ from tailaware.core.results import (
     Report,
 )
 from tailaware.io.errors import InputError, field_error
-from tailaware.protocol import ilias_report, intervals
+from tailaware.protocol import ilias_report, intervals, reference
 
 _OTHER_METRICS_NOTE = (
     "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
@@ -142,8 +142,9 @@ def _metric_json(m: MetricPrediction) -> dict:
     return out
 
 
-def prediction_json(p: Prediction) -> dict:
-    """Returns the prediction.json object of a `Prediction` (JSON types only)."""
+def prediction_json(p: Prediction, correction=None) -> dict:
+    """Returns the prediction.json object of a `Prediction` (JSON types only); with
+    `correction`, a (`reference.Correction`, `reference.Inputs`) pair, its `reference` block."""
     out = {
         "map": float(p.map),
         "estimator": p.estimator,
@@ -180,7 +181,42 @@ def prediction_json(p: Prediction) -> dict:
         out["queries"] = p.queries
     if p.report is not None:
         out["report"] = report_json(p.report)
+    if correction is not None:
+        out["reference"] = reference_json(*correction)
     return out
+
+
+def reference_json(c: reference.Correction, inputs: reference.Inputs) -> dict:
+    """Returns prediction.json's `reference` block: the reference's files and, per metric, the
+    corrected value with its interval, lambda and the uncorrected value."""
+    metrics_out = {
+        label: {
+            "value": m.value,
+            "ci90": _pair(m.ci90),
+            "lambda": m.lam,
+            "uncorrected": m.uncorrected,
+            "difference": m.difference,
+            "bias": m.bias,
+            "sd": m.sd,
+            "sd_uncorrected": m.sd_uncorrected,
+            "sd_difference": m.sd_difference,
+            "per_query": [float(v) for v in m.per_query],
+        }
+        for label, m in c.metrics.items()
+    }
+    first = next(iter(c.metrics.values()))
+    return {
+        "counts": inputs.counts_path,
+        "scores": inputs.scores_path,
+        "n_distractors": c.n_distractors,
+        "n_sample": c.n_sample,
+        "replicates": c.replicates,
+        "share_paired": c.share_paired,
+        "map": first.value,
+        "lambda": first.lam,
+        "uncorrected": first.uncorrected,
+        "metrics": metrics_out,
+    }
 
 
 def report_json(r: Report) -> dict:

@@ -1,0 +1,408 @@
+"""A related model's exact run as a control variate for a new model's sampled prediction.
+
+Reference model A was run exactly over the gallery of N distractors: its count K_A of
+distractors strictly above each positive is known (`io.reference_counts`). The new model B is
+scored on a uniform sample of m = S of them, and A's scores of the same sampled items are free.
+With c_B, c_A the sampled counts above a positive under B and A, the difference estimator
+
+    D = K_A + (N / m) (c_B - c_A)
+
+is unbiased for B's count K_B under uniform sampling (E[c_B - c_A] = (m / N)(K_B - K_A)), and
+its variance is that of (N / m) sum_i (u_i - v_i) over the sampled items, u_i = 1[s_B,i > b],
+v_i = 1[s_A,i > a]: small when A ranks the gallery as B does. Each metric of D is the realized
+metric of those counts (`metrics.value_from_counts`, B's fixed counts added).
+
+`correct` combines, per metric, today's prediction V_T (the configured estimator through the
+law, what `prediction.predict` reports) with the difference estimator's V_D:
+
+    V = V_T + lambda (V_D - V_T),
+
+lambda in [0, 1] chosen per benchmark from the sample to minimise the estimated mean squared
+error: (b^2 + var_T - cov) / (b^2 + var_T + var_D - 2 cov), with the variances and the
+covariance from a joint bootstrap of the sampled items and b^2 today's squared bias, read off
+V_T - V_D less its noise (clipped at 0). A reference as good as the target gives var_D = 0 and
+lambda = 1 (the exact metric when A = B); a useless one, whose D noise matches or exceeds
+today's error, gives lambda ~ 0 (today's prediction). Why the metric level and this form:
+docs/estimators.md ("Correcting with a reference model's exact run"); the
+PPI form (the default, `ReferenceSettings.form`) instead takes lambda times today's known error
+on the reference, V_T^A - V_A, off V_T, lambda = Cov / Var of the joint replicates (PPI++).
+
+The joint bootstrap gives every sampled item one Poisson(1) weight per replicate, a hash of its
+distractor id (`SampledScores.tail_ids`), so B's and A's files, scored on the same id-hash
+sample, resample the same items without being joined: c_B and c_A move together, B's tail is
+resampled with the same weights and the configured estimator rerun on it. Positives below
+either model's M-th stored score resample only their stored part (their rank is far past any
+k <= M N / S). The interval is the replicates' spread of the corrected value at fixed lambda
+over fixed queries.
+
+Shapes: Q queries, P positive slots, M stored scores, R replicates.
+"""
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from tailaware.core import evaluate, metrics
+from tailaware.io import errors, reference_counts
+from tailaware.io.reference_counts import ReferenceCounts
+from tailaware.io.scores import SampledScores, count_above, load_scores
+from tailaware.protocol.settings import PredictSettings
+from tailaware.tail import dequantize, estimators
+
+# Poisson(1)'s CDF at 0..19 (the mass beyond, < 1e-18, folds into 19).
+_POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
+_Z90 = 1.6448536269514722
+FORMS = ("ppi", "difference")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceSettings:
+    """The correction's settings.
+
+    Attributes:
+      replicates: joint bootstrap replicates (each reruns the configured estimator once per
+        model).
+      seed: the bootstrap's hash seed.
+      form: "ppi" (today's estimator's known error on the reference, scaled by lambda, taken
+        off today's prediction) or "difference" (the difference estimator's metric, mixed in
+        by lambda); the module docstring.
+    """
+
+    replicates: int = 50
+    seed: int = 0
+    form: str = "ppi"
+
+    def __post_init__(self):
+        if self.replicates < 2:
+            raise ValueError(f"replicates must be >= 2, got {self.replicates}")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+
+
+class MetricCorrection(NamedTuple):
+    """One metric@k corrected by the reference.
+
+    Attributes:
+      label: e.g. "map@1000".
+      value: the corrected prediction, V_T + lambda (V_D - V_T).
+      uncorrected: V_T, today's prediction from the sample alone.
+      difference: V_D, the difference estimator's metric (lambda = 1), bootstrap-bias-corrected.
+      lam: lambda.
+      sd: the joint bootstrap's sd of the corrected value (fixed queries).
+      ci90: value -/+ z sd, cut to [0, 1].
+      sd_uncorrected, sd_difference: the replicates' sds of V_T and V_D.
+      bias: V_T - V_D, today's estimated bias.
+      per_query: [Q] the corrected per-query values.
+      reference_error: form "ppi": today's estimator's error on the reference, V_T^A - V_A.
+    """
+
+    label: str
+    value: float
+    uncorrected: float
+    difference: float
+    lam: float
+    sd: float
+    ci90: tuple[float, float]
+    sd_uncorrected: float
+    sd_difference: float
+    bias: float
+    per_query: np.ndarray
+    reference_error: float = float("nan")
+
+
+class Correction(NamedTuple):
+    """A prediction corrected by a reference's exact run: every metric (mAP@k first)."""
+
+    metrics: dict
+    n_distractors: int
+    n_sample: int
+    replicates: int
+    share_paired: float  # positives at or above both models' M-th stored score
+
+
+def check_pair(target: SampledScores, reference: SampledScores, *, source: str) -> None:
+    """Checks that `reference` (read from `source`) holds A's scores of `target`'s sample.
+
+    Raises:
+      InputError: naming `source` and the field that does not match.
+    """
+
+    def fail(field, msg):
+        raise errors.field_error(source, field, msg)
+
+    if int(reference.n_sample) != int(target.n_sample):
+        fail("n_sample", f"S = {reference.n_sample}, the target's sample has {target.n_sample}")
+    for name, sc in (("target", target), ("reference", reference)):
+        if sc.tail_ids is None:
+            fail("tail_ids", f"the {name}'s sampled scores have no ids to pair items with")
+    if target.query_ids is not None and (
+        reference.query_ids is None
+        or reference.query_ids.shape != target.query_ids.shape
+        or (reference.query_ids != target.query_ids).any()
+    ):
+        fail("query_ids", "not the target's queries in their order")
+    if reference.mask.shape != target.mask.shape or (reference.mask != target.mask).any():
+        fail("pos_scores", "not the target's positive slots")
+
+
+def poisson_weights(ids: np.ndarray, seed: int, replicate: int) -> np.ndarray:
+    """Returns Poisson(1) weights [same shape] of distractor ids (0 at -1 padding): a
+    counter-based hash (splitmix64) of (seed, replicate, id), so every file holding an item
+    gives it the same weight."""
+    z = np.asarray(ids, np.int64).astype(np.uint64)
+    z = z + np.full(
+        z.shape, (seed * 1_000_003 + replicate + 1) * 0x9E3779B97F4A7C15 % 2**64, np.uint64
+    )
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    w = np.searchsorted(_POISSON1_CDF, u, side="right")
+    return np.where(np.asarray(ids) >= 0, w, 0).astype(np.int64)
+
+
+def _stored_above(sc: SampledScores) -> np.ndarray:
+    """Returns [Q, P] the stored tail scores strictly above each positive (0 at padding)."""
+    return count_above(sc.tail_scores, np.where(sc.mask, sc.pos_scores, np.nan))
+
+
+def _resampled_counts(sc: SampledScores, above: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Returns [Q, P] the counts with their stored part reweighted by `w` [Q, M]."""
+    cum = np.concatenate([np.zeros((w.shape[0], 1), np.int64), np.cumsum(w - 1, axis=1)], axis=1)
+    return np.where(sc.mask, sc.pos_counts + np.take_along_axis(cum, above, axis=1), -1)
+
+
+def _resampled_tail(tail: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Returns [Q, M] each row's scores repeated w times, in order, cut or -inf padded to M."""
+    q, m = tail.shape
+    flat = np.cumsum(w.ravel())  # item i's copies end before flat[i]
+    start = np.concatenate([[0], flat[m - 1 :: m][:-1]])  # copies before each row
+    total = w.sum(axis=1)
+    slot = start[:, None] + np.arange(m)[None, :]
+    item = np.searchsorted(flat, slot, side="right")
+    vals = tail.ravel()[np.minimum(item, q * m - 1)]
+    return np.where(np.arange(m)[None, :] < total[:, None], vals, -np.inf).astype(np.float32)
+
+
+def _difference_counts(target, reference, counts: ReferenceCounts, c_b, c_a) -> np.ndarray:
+    """Returns [Q, P] int64 D = K_A + (N / m)(c_B - c_A), rounded, cut at 0, plus B's fixed
+    counts; -1 at padding."""
+    width = target.mask.shape[1]
+    ratio = counts.n_distractors / float(target.n_sample)
+    d = counts.counts[:, :width] + ratio * (c_b - c_a)
+    total = np.rint(np.maximum(d, 0.0)).astype(np.int64) + target.fixed_counts
+    return np.where(target.mask, total, -1)
+
+
+def _realized(metric_list, total, mask, k) -> np.ndarray:
+    """Returns [M, Q] every metric's realized value from counts (`metrics.value_from_counts`)."""
+    return np.stack(
+        [np.asarray(metrics.value_from_counts(m, total, mask, k), np.float64) for m in metric_list]
+    )
+
+
+def today(sc: SampledScores, settings: PredictSettings, n, metric_list) -> np.ndarray:
+    """Returns [M, Q] the configured estimator's predicted metrics at n: today's point, as
+    `prediction.predict` reports it (the estimate under its own prior, sample-conditioned)."""
+    hardness = estimators.estimate(sc, settings.estimator, settings.tail, reruns=False)
+    values, _ = evaluate.predicted_values(
+        [evaluate.variant(hardness)],
+        sc.mask,
+        [float(n)],
+        settings.k,
+        sc.fixed_counts,
+        sc,
+        metric_list=metric_list,
+    )
+    return values[0, 0]
+
+
+def choose_lambda(bias, var_t, var_d, cov) -> float:
+    """Returns lambda in [0, 1] minimising the estimated MSE of V_T + lambda (V_D - V_T).
+
+    `bias` = V_T - V_D; its own noise var_t + var_d - 2 cov is taken off its square (clipped at
+    0) to estimate today's squared bias b^2; then lambda = (b^2 + var_t - cov) /
+    (b^2 + var_t + var_d - 2 cov). A noiseless difference estimator (var_d = 0) gives 1.
+    """
+    noise = max(var_t + var_d - 2.0 * cov, 0.0)
+    b2 = max(bias**2 - noise, 0.0)
+    den = b2 + noise
+    if var_d <= 0.0 or den <= 0.0:
+        return 1.0
+    return float(np.clip((b2 + var_t - cov) / den, 0.0, 1.0))
+
+
+def ppi_lambda(t_b: np.ndarray, t_a: np.ndarray) -> float:
+    """Returns PPI++'s lambda = Cov(V_T^B, V_T^A) / Var(V_T^A) over the joint replicates [R],
+    cut to [0, 1] (0 when A's replicates do not move): how much of today's error on A carries
+    over to B when the same sampled items move both (Angelopoulos et al. 2023, PPI++)."""
+    var = float(np.var(t_a, ddof=1))
+    if var <= 0.0:
+        return 0.0
+    return float(np.clip(np.cov(t_b, t_a)[0, 1] / var, 0.0, 1.0))
+
+
+def correct(
+    target: SampledScores,
+    reference: SampledScores,
+    counts: ReferenceCounts,
+    settings: PredictSettings,
+    ref_settings: ReferenceSettings = ReferenceSettings(),
+    *,
+    metric_list=None,
+    cache: dict | None = None,
+) -> Correction:
+    """Returns every metric@k of `target` at N = `counts.n_distractors`, corrected by the
+    reference's exact `counts` and its sampled scores `reference` of the same sample.
+
+    Callers check the inputs first (`check_pair`, `reference_counts.check`). `cache`: a dict
+    kept across calls with the same target, settings and seed (several references of one
+    sample): today's point and replicates are computed once.
+    """
+    metric_list = settings.metric_list() if metric_list is None else tuple(metric_list)
+    n, k, mask = counts.n_distractors, settings.k, target.mask
+    above_b, above_a = _stored_above(target), _stored_above(reference)
+    paired = (
+        mask
+        & (above_b == np.where(mask, target.pos_counts, 0))
+        & (above_a == np.where(mask, reference.pos_counts, 0))
+    )
+    c_b = np.where(mask, target.pos_counts, 0)
+    c_a = np.where(mask, reference.pos_counts, 0)
+    cache = {} if cache is None else cache
+    if "today" not in cache:
+        cache["today"] = today(target, settings, n, metric_list)  # [M, Q]
+    v_t = cache["today"]
+    v_d = _realized(metric_list, _difference_counts(target, reference, counts, c_b, c_a), mask, k)
+
+    # Ties are spread once on the original tail (as the nested bootstrap does); the replicates'
+    # repeated items are copies, not rounding.
+    spread = dequantize.spread_ties(target.tail_scores, settings.tail.tie_share)
+    no_spread = dataclasses.replace(
+        settings, tail=dataclasses.replace(settings.tail, tie_share=float("inf"))
+    )
+    ppi = ref_settings.form == "ppi"
+    if ppi:  # today's estimator on A's sample, and A's exact metric
+        v_ta = today(reference, settings, n, metric_list)
+        exact_a = np.where(mask, counts.counts[:, : mask.shape[1]] + reference.fixed_counts, -1)
+        v_a = _realized(metric_list, exact_a, mask, k)
+        spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
+    rep_t, rep_d, rep_ta = [], [], []
+    for r in range(ref_settings.replicates):
+        w_b = poisson_weights(target.tail_ids, ref_settings.seed, r)
+        w_a = poisson_weights(reference.tail_ids, ref_settings.seed, r)
+        cb_r = _resampled_counts(target, above_b, w_b)
+        ca_r = _resampled_counts(reference, above_a, w_a)
+        if r not in cache:
+            resampled = dataclasses.replace(
+                target, tail_scores=_resampled_tail(spread, w_b), pos_counts=cb_r
+            )
+            cache[r] = today(resampled, no_spread, n, metric_list)
+        rep_t.append(cache[r])
+        d_r = _difference_counts(
+            target, reference, counts, np.maximum(cb_r, 0), np.maximum(ca_r, 0)
+        )
+        rep_d.append(_realized(metric_list, d_r, mask, k))
+        if ppi:
+            resampled_a = dataclasses.replace(
+                reference, tail_scores=_resampled_tail(spread_a, w_a), pos_counts=ca_r
+            )
+            rep_ta.append(today(resampled_a, no_spread, n, metric_list))
+    rep_t, rep_d = np.stack(rep_t), np.stack(rep_d)  # [R, M, Q]
+
+    out = {}
+    for i, metric in enumerate(metric_list):
+        t_q, d_q = v_t[i], v_d[i] - (rep_d[:, i].mean(axis=0) - v_d[i])  # bias-corrected D
+        t_r, d_r = rep_t[:, i].mean(axis=1), rep_d[:, i].mean(axis=1)
+        cov = np.cov(t_r, d_r)
+        bias = float(t_q.mean() - d_q.mean())
+        ref_error = float("nan")
+        if ppi:
+            ta_r = np.stack(rep_ta)[:, i].mean(axis=1)
+            lam = ppi_lambda(t_r, ta_r)
+            error_q = v_ta[i] - v_a[i]  # today's error on A, known exactly
+            ref_error = float(error_q.mean())
+            per_query = np.clip(t_q - lam * error_q, 0.0, 1.0)
+            sd = float(np.std(t_r - lam * ta_r, ddof=1))
+        else:
+            lam = choose_lambda(bias, cov[0, 0], cov[1, 1], cov[0, 1])
+            per_query = np.clip(t_q + lam * (d_q - t_q), 0.0, 1.0)
+            sd = float(np.std(t_r + lam * (d_r - t_r), ddof=1))
+        value = float(per_query.mean())
+        out[metric.label(k)] = MetricCorrection(
+            label=metric.label(k),
+            value=value,
+            uncorrected=float(t_q.mean()),
+            difference=float(d_q.mean()),
+            lam=lam,
+            sd=sd,
+            ci90=(max(value - _Z90 * sd, 0.0), min(value + _Z90 * sd, 1.0)),
+            sd_uncorrected=float(np.sqrt(cov[0, 0])),
+            sd_difference=float(np.sqrt(cov[1, 1])),
+            bias=bias,
+            per_query=per_query,
+            reference_error=ref_error,
+        )
+    return Correction(
+        metrics=out,
+        n_distractors=int(n),
+        n_sample=int(target.n_sample),
+        replicates=int(ref_settings.replicates),
+        share_paired=float(paired.sum() / max(mask.sum(), 1)),
+    )
+
+
+class Inputs(NamedTuple):
+    """A reference's files, read and checked against a target (`load_inputs`)."""
+
+    scores: SampledScores
+    counts: ReferenceCounts
+    scores_path: str
+    counts_path: str
+    settings: ReferenceSettings
+
+
+def load_inputs(
+    counts_path: str,
+    scores_path: str,
+    target: SampledScores,
+    *,
+    k: int,
+    n_target: int,
+    settings: ReferenceSettings = ReferenceSettings(),
+) -> Inputs:
+    """Reads a reference's exact counts and its sampled scores of `target`'s sample and checks
+    them against `target`, k and N (`n_target` must be the reference run's N).
+
+    Raises:
+      InputError: naming the file and the field that does not match.
+    """
+    counts = reference_counts.load(counts_path)
+    reference_counts.check(counts, target, k=k, source=counts_path)
+    if counts.n_distractors != int(n_target):
+        raise errors.field_error(
+            counts_path,
+            "n_distractors",
+            f"the run's N = {counts.n_distractors}, the prediction's n_target = {n_target}",
+        )
+    scores = load_scores(scores_path)
+    check_pair(target, scores, source=scores_path)
+    return Inputs(scores, counts, scores_path, counts_path, settings)
+
+
+def summary(c: Correction, inputs: Inputs) -> str:
+    """Returns the summary lines of a correction: the reference, and per metric lambda, the
+    corrected and the uncorrected value."""
+    lines = [
+        f"REFERENCE {inputs.counts_path} (exact, N = {c.n_distractors:,}) with its scores of the "
+        f"same sample {inputs.scores_path}: {c.share_paired:.0%} of positives paired, "
+        f"{c.replicates} joint bootstrap replicates"
+    ]
+    for m in c.metrics.values():
+        lines.append(
+            f"  {m.label}: corrected {m.value:.4f} [{m.ci90[0]:.4f}, {m.ci90[1]:.4f}] "
+            f"(lambda {m.lam:.2f}); uncorrected {m.uncorrected:.4f}, difference estimator "
+            f"{m.difference:.4f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,235 @@
+"""A related model's exact run correcting a new model's sampled estimate: the reference-counts
+file, the estimator against brute-force truth on paired galleries, and the jobs end to end."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from tailaware.configs import predict as predict_config
+from tailaware.io import errors, features, reference_counts
+from tailaware.io import scores as scores_lib
+from tailaware.jobs import ilias
+from tailaware.jobs import predict as predict_job
+from tailaware.protocol import reference
+from tailaware.protocol.settings import PredictSettings
+from tailaware.sim import paired
+from tests.test_ilias import ROWS, SHARDS, config, make_folder, official_map
+
+
+def small_reference(q=3, p=2):
+    counts = np.arange(q * p, dtype=np.int64).reshape(q, p)
+    counts[1, 1] = -1
+    pos_ids = np.where(counts >= 0, np.char.add("p", counts.astype(str)), "")
+    return reference_counts.make(
+        counts,
+        [f"q{i}" for i in range(q)],
+        pos_ids,
+        n_distractors=100,
+        k=10,
+        metric_names=["map@10"],
+        metric_values=[0.25],
+    )
+
+
+def test_reference_counts_round_trip(tmp_path):
+    ref = small_reference()
+    path = tmp_path / "ref.npz"
+    reference_counts.save(path, ref)
+    got = reference_counts.load(path)
+    np.testing.assert_array_equal(got.counts, ref.counts)
+    np.testing.assert_array_equal(got.query_ids, ref.query_ids)
+    np.testing.assert_array_equal(got.positive_ids, ref.positive_ids)
+    assert (got.n_distractors, got.k, got.metric_names) == (100, 10, ("map@10",))
+    np.testing.assert_array_equal(got.metric_values, [0.25])
+
+
+def test_reference_counts_mismatches_name_the_file_and_field(tmp_path):
+    ref = small_reference()
+    pos = np.where(ref.mask, 0.5, np.nan)
+    tail = np.full((3, 4), 0.9, np.float32)
+    sample = scores_lib.make_scores(
+        tail, pos, np.where(ref.mask, 4, -1), 20, query_ids=["q0", "q1", "q2"]
+    )
+    reference_counts.check(ref, sample, k=10, source="R.npz")  # a match passes
+    wrong_ids = scores_lib.make_scores(
+        tail, pos, np.where(ref.mask, 4, -1), 20, query_ids=["q0", "q2", "q1"]
+    )
+    other_mask = ref.mask.copy()
+    other_mask[1, 1] = True
+    wrong_pos = scores_lib.make_scores(
+        tail, np.where(other_mask, 0.5, np.nan), np.where(other_mask, 4, -1), 20,
+        query_ids=["q0", "q1", "q2"],
+    )  # fmt: skip
+    big = scores_lib.make_scores(
+        tail, pos, np.where(ref.mask, 4, -1), 200, query_ids=["q0", "q1", "q2"]
+    )
+    for field, target, k in (
+        ("query_ids", wrong_ids, 10),
+        ("positive_ids", wrong_pos, 10),
+        ("k", sample, 20),
+        ("n_distractors", big, 10),
+    ):
+        with pytest.raises(errors.InputError, match=f"R.npz: field '{field}'"):
+            reference_counts.check(ref, target, k=k, source="R.npz")
+    path = tmp_path / "bad.npz"
+    np.savez(path, counts=ref.counts)
+    with pytest.raises(errors.InputError, match="bad.npz: field 'query_ids'"):
+        reference_counts.load(path)
+
+
+def test_exact_ilias_run_writes_the_brute_force_counts(tmp_path):
+    folder = make_folder(str(tmp_path / "f"))
+    work = tmp_path / "w"
+    result = ilias.run(config(folder, sample_fraction=1.0, k=10), str(work))
+    ref = reference_counts.load(work / "reference_counts.npz")
+    aps, _ = official_map(folder, "image", 10)
+    assert ref.n_distractors == SHARDS * ROWS and ref.k == 10
+    assert ref.metric_names[0] == "map@10"
+    assert ref.metric_values[0] == pytest.approx(aps.mean(), rel=1e-12) == result.map
+    # Brute force: every distractor strictly above each positive (the scores are exact).
+    q, qids = features.read_features(os.path.join(folder, features.IMAGE_QUERIES))
+    p, pids = features.read_features(os.path.join(folder, features.POSITIVES))
+    d = np.concatenate(
+        [features.read_features(os.path.join(folder, features.distractor_name(s)))[0]
+         for s in range(SHARDS)]
+    )  # fmt: skip
+    sims, pos = q.astype(np.float32) @ d.T.astype(np.float32), q.astype(np.float32) @ p.T
+    np.testing.assert_array_equal(ref.query_ids, qids)
+    for i, qid in enumerate(qids):
+        mine = [j for j, pid in enumerate(pids) if pid.split("/")[0] == qid.split("/")[0]]
+        want = sorted((sims[i][None, :] > pos[i, mine][:, None]).sum(axis=1))
+        got = sorted(ref.counts[i][ref.mask[i]])
+        assert got == want
+        assert set(ref.positive_ids[i][ref.mask[i]]) == {pids[j] for j in mine}
+    sample = scores_lib.load_scores(work / "sampled_scores.npz")
+    np.testing.assert_array_equal(sample.tail_ids >= 0, np.isfinite(sample.tail_scores))
+
+
+# A paired gallery with brute-force truth: B's distractor scores per query are Gaussian, A's
+# are B's correlated with coefficient rho (rho = 1: A is B; 0: independent).
+Q_SIM, P_SIM, N_SIM, K_SIM, FRACTION = 40, 5, 20_000, 100, 0.05
+
+
+def gallery(rho: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((Q_SIM, N_SIM)).astype(np.float32) * 0.1 + 0.3
+    x = np.sort(10.0 ** rng.uniform(-4.3, -1.3, (Q_SIM, P_SIM)), axis=1)
+    pos_b = 0.3 + 0.1 * scipy.stats.norm.isf(x)
+    e = rng.standard_normal((Q_SIM, N_SIM)).astype(np.float32) * 0.1
+    e_pos = rng.standard_normal((Q_SIM, P_SIM)) * 0.1
+    c = np.sqrt(max(1.0 - rho**2, 0.0))
+    target = paired.System.from_scores(z, pos_b)
+    ref = paired.System.from_scores(rho * z + c * e, rho * pos_b + c * e_pos)
+    return target, ref
+
+
+def corrected(rho, seed=0, form="ppi", replicates=12):
+    target, ref = gallery(rho, seed)
+    settings = PredictSettings(k=K_SIM)
+    b = paired.draw(target, FRACTION, seed=seed)
+    a = paired.draw(ref, FRACTION, seed=seed)
+    reference.check_pair(b, a, source="A.npz")
+    got = reference.correct(
+        b,
+        a,
+        ref.reference_counts(K_SIM),
+        settings,
+        reference.ReferenceSettings(replicates=replicates, seed=seed, form=form),
+    )
+    return got.metrics[f"map@{K_SIM}"], target.exact_map(K_SIM)
+
+
+@pytest.mark.parametrize("form", reference.FORMS)
+def test_a_reference_identical_to_the_target_gives_the_exact_metric(form):
+    m, truth = corrected(1.0, form=form)
+    assert m.lam == pytest.approx(1.0, abs=1e-9) and m.sd_difference == 0.0
+    assert m.difference == pytest.approx(truth, abs=1e-12)
+    assert m.value == pytest.approx(truth, abs=1e-9)
+    assert m.sd == pytest.approx(0.0, abs=1e-9)
+    assert abs(m.uncorrected - truth) > 1e-3  # today's estimate was not already exact
+
+
+@pytest.mark.parametrize("form", reference.FORMS)
+def test_a_close_reference_reduces_the_error(form):
+    errs = np.asarray(
+        [
+            (abs(m.value - truth), abs(m.uncorrected - truth), m.lam)
+            for m, truth in (corrected(0.999, seed, form) for seed in range(2))
+        ]
+    )
+    assert errs[:, 0].mean() < 0.5 * errs[:, 1].mean()
+    assert errs[:, 2].min() > 0.5
+
+
+def test_an_independent_reference_leaves_todays_estimate():
+    # The default form only: the difference form's lambda rests on one noisy estimate of
+    # today's bias (its square less its noise, clipped at 0) and strays to 0.2-0.3 here
+    # (docs/estimators.md).
+    for seed in range(2):
+        m, _ = corrected(0.0, seed)
+        assert m.lam < 0.1
+        assert abs(m.value - m.uncorrected) < 0.01
+
+
+def test_poisson_weights_are_a_function_of_the_id():
+    ids = np.arange(-1, 200_000)
+    w = reference.poisson_weights(ids, 3, 7)
+    assert w[0] == 0 and w[1:].mean() == pytest.approx(1.0, abs=0.01)
+    assert w[1:].var() == pytest.approx(1.0, abs=0.02)
+    np.testing.assert_array_equal(reference.poisson_weights(ids[::-1], 3, 7), w[::-1])
+    assert (reference.poisson_weights(ids, 3, 8) != w).mean() > 0.5
+
+
+def test_pairing_mismatches_name_the_reference_file():
+    target, ref = gallery(0.9)
+    b = paired.draw(target, FRACTION, seed=0)
+    other = paired.draw(ref, 0.04, seed=0)
+    with pytest.raises(errors.InputError, match="A.npz: field 'n_sample'"):
+        reference.check_pair(b, other, source="A.npz")
+    no_ids = dataclasses.replace(paired.draw(ref, FRACTION, seed=0), tail_ids=None)
+    with pytest.raises(errors.InputError, match="A.npz: field 'tail_ids'"):
+        reference.check_pair(b, no_ids, source="A.npz")
+
+
+def test_predict_job_writes_the_correction_and_names_mismatched_files(tmp_path, capsys):
+    target, ref = gallery(0.999)
+    b = paired.draw(target, FRACTION, seed=0)
+    a = paired.draw(ref, FRACTION, seed=0)
+    paths = {name: str(tmp_path / f"{name}.npz") for name in ("b", "a", "counts")}
+    scores_lib.save_scores(paths["b"], b)
+    scores_lib.save_scores(paths["a"], a)
+    reference_counts.save(paths["counts"], ref.reference_counts(K_SIM))
+    c = predict_config.get_config()
+    c.scores, c.n_target, c.k = paths["b"], N_SIM, K_SIM
+    c.reference, c.reference_scores, c.reference_replicates = paths["counts"], paths["a"], 10
+    c.protocol.nested_replicates = 0
+    predict_job.run(c, str(tmp_path / "w"))
+    saved = json.loads((tmp_path / "w" / "prediction.json").read_text())["reference"]
+    want = reference.correct(
+        b,
+        a,
+        ref.reference_counts(K_SIM),
+        PredictSettings(k=K_SIM),
+        reference.ReferenceSettings(replicates=10, seed=0),
+    ).metrics[f"map@{K_SIM}"]
+    assert saved["counts"] == paths["counts"] and saved["scores"] == paths["a"]
+    assert saved["map"] == pytest.approx(want.value, abs=1e-9)
+    assert saved["lambda"] == pytest.approx(want.lam, abs=1e-9)
+    assert saved["metrics"][f"map@{K_SIM}"]["uncorrected"] == pytest.approx(want.uncorrected)
+    assert "REFERENCE" in capsys.readouterr().out
+    # A reference of another gallery size, or another sample, is named in one line.
+    c.n_target = N_SIM + 1
+    with pytest.raises(errors.InputError, match="counts.npz: field 'n_distractors'"):
+        predict_job.run(c, str(tmp_path / "w2"))
+    c.n_target = N_SIM
+    other = paired.draw(ref, 0.04, seed=0)
+    scores_lib.save_scores(paths["a"], other)
+    with pytest.raises(errors.InputError, match="a.npz: field 'n_sample'"):
+        predict_job.run(c, str(tmp_path / "w3"))
+    c.reference_scores = ""
+    with pytest.raises(errors.InputError, match="reference_scores"):
+        predict_job.run(c, str(tmp_path / "w4"))
