@@ -171,8 +171,9 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         np.testing.assert_allclose(mine["ci90"], entry["ci90"], atol=1e-6)
         np.testing.assert_allclose(mine["curve"]["ci90"], entry["curve"]["ci90"], atol=1e-6)
 
-    # Elsewhere: the sd between two stored sizes is between theirs; the interval is the
-    # query interval widened by it and by the threshold term in quadrature (`intervals`).
+    # Elsewhere: the sd between two stored sizes is between theirs; the interval for these
+    # queries is normal with it and the model term in quadrature, and the one over queries like
+    # these widens that by the query interval in quadrature (`intervals`).
     _, maps, (typed,) = _at(art, [3e8], 1000)
     unc = schema.interval_json(typed)
     i = np.searchsorted(art.distractor_n, 3e8)
@@ -180,10 +181,11 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert lo_sd <= unc["sd_distractor"] <= hi_sd
     point = maps[0]
     q_lo, q_hi = unc["ci90_query"]
-    grow = np.hypot(1.0, unc["sd_distractor"] / unc["sd_query"])
     z = 1.6448536269514722
-    expect_hi = point + np.hypot((q_hi - point) * grow, z * unc["sd_model"])
-    assert unc["ci90"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
+    these_hi = min(point + z * np.hypot(unc["sd_distractor"], unc["sd_model"]), 1.0)
+    assert unc["ci90"][1] == pytest.approx(these_hi, abs=1e-9)
+    expect_hi = point + np.hypot(these_hi - point, q_hi - point)
+    assert unc["ci90_queries"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
     model = np.hypot(
         IntervalSettings().threshold_sd * unc["threshold_deviation"],
         IntervalSettings().prior_sd * unc["prior_deviation"],
@@ -232,7 +234,8 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     plain = schema.prediction_json(from_artifact.predict(bare, settings, n))
     lacks = "lacks the distractor-sample, threshold and prior terms"
     assert lacks in plain["diagnostics"]["summary"][0]
-    assert plain["ci90"] == plain["uncertainty"]["ci90_query"]
+    assert plain["ci90_queries"] == plain["uncertainty"]["ci90_query"]
+    assert plain["ci90"] == [plain["map"], plain["map"]]  # nothing measured for these queries
     assert plain["uncertainty"]["ci_method"] == "query"
     # The distractor sds were measured for mAP@1000: at another k the term is left out, and said.
     at_100 = schema.prediction_json(

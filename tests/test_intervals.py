@@ -62,7 +62,7 @@ def test_intervals_nest_and_contain_the_point():
         qlo, qhi = b.query
         assert lo < qlo < 0.5 < qhi < hi  # widened in quadrature, around the point
         dlo, dhi = b.distractor
-        assert dlo < 0.5 < dhi  # re-centred on the point
+        assert dlo < 0.5 < dhi  # centred on the point
         # For these queries: the distractor part alone (no model term here), inside the other.
         assert b.reported == b.distractor and lo < dlo and dhi < hi
     # sqrt(2) wider when the two sds are equal.

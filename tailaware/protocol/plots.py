@@ -15,6 +15,13 @@ from tailaware.io import atomic
 from tailaware.protocol import ilias_report
 
 
+def _spans(mid, lo, hi) -> np.ndarray:
+    """Returns [2, n] error-bar lengths below and above `mid`; 0 where an interval is only its
+    point (float rounding would make it a hair negative, which matplotlib refuses)."""
+    mid, lo, hi = (np.asarray(v, np.float64) for v in (mid, lo, hi))
+    return np.maximum(np.stack([mid - lo, hi - mid]), 0.0)
+
+
 def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
     """Writes a PNG of the predicted mAP@k curve with its 90% band and the target point."""
     curve = p.curve
@@ -24,7 +31,7 @@ def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
     ax.fill_between(curve.n, band[:, 0], band[:, 1], alpha=0.25, label="90% band")
     ax.plot(curve.n, curve.values, "-", label=f"{p.estimator} (predicted)")
     lo, hi = p.interval.ci90.reported
-    err = [[p.map - lo], [hi - p.map]]
+    err = _spans([p.map], [lo], [hi])
     ax.errorbar([p.n_target], [p.map], err, fmt="ko", capsize=3, label="target N")
     ax.axvline(p.n_sample, color="grey", ls=":", label="sample size S")
     ax.set_xscale("log")
@@ -51,7 +58,7 @@ def report_values(path: str | os.PathLike, r: Report, k: int) -> None:
         at = np.asarray([y[i] for i, _ in with_ci])
         mid = np.asarray([v.value for _, v in with_ci])
         lo, hi = np.asarray([v.ci90 for _, v in with_ci]).T
-        ax.errorbar(mid, at, xerr=[mid - lo, hi - mid], fmt="none", ecolor="k", capsize=2)
+        ax.errorbar(mid, at, xerr=_spans(mid, lo, hi), fmt="none", ecolor="k", capsize=2)
         ax.plot([], [], "k-", label="90% interval")
         ax.legend(fontsize=8, loc="lower right")
     ax.set_yticks(y, [ilias_report.label(v) for v in values], fontsize=8)
@@ -76,7 +83,7 @@ def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curv
     y = np.arange(len(rows))[::-1]
     diff = np.asarray([m.difference for m in rows.values()])
     lo, hi = np.asarray([m.ci90 for m in rows.values()]).T
-    ax.errorbar(diff, y, xerr=[diff - lo, hi - diff], fmt="ko", capsize=3, label="90% interval")
+    ax.errorbar(diff, y, xerr=_spans(diff, lo, hi), fmt="ko", capsize=3, label="90% interval")
     ax.axvline(0.0, color="grey", ls=":")
     ax.set_yticks(y, [label.replace("map@", "mAP@", 1) for label in rows])
     ax.set_ylim(-0.7, len(rows) - 0.3)
@@ -90,7 +97,7 @@ def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curv
         ax.errorbar(
             [c.n_target],
             [c.difference],
-            [[c.difference - c.ci90[0]], [c.ci90[1] - c.difference]],
+            _spans([c.difference], [c.ci90[0]], [c.ci90[1]]),
             fmt="ko",
             capsize=3,
             label="target N, paired 90% interval",
