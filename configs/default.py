@@ -31,7 +31,8 @@ def get_config(arg=None):
     c.k = 1000  # mAP@k
     c.estimator = "evt_averaged"  # count, homogeneous, evt or evt_averaged (tail.estimators)
     # Predicted with their intervals and curves (tailaware.core.metrics.METRICS: map, recall,
-    # precision, ndcg, hit, mrr); mAP@k always.
+    # precision, ndcg, hit, mrr at k; map_at_r, r_precision, top1); mAP@k always. On the command
+    # line a tuple or names with commas: --config.metrics=map,recall,map_at_r,r_precision.
     c.metrics = ("map", "recall")
     c.n_target = 0  # target gallery size N; 0 = the job's natural target
 

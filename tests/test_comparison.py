@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from tailaware.configs import compare as compare_config
-from tailaware.core.results import Interval, Prediction
+from tailaware.core import metrics
+from tailaware.core.results import Interval, MetricPrediction
 from tailaware.jobs import compare as compare_job
 from tailaware.protocol import comparison as compare
 from tailaware.protocol import prediction, schema
@@ -84,14 +85,14 @@ def test_no_difference_is_not_resolved_and_margin_scales():
         compare.paired(a, b[:-1])
 
 
-def _pred(m, **maps) -> Prediction:
+def _pred(m, **maps) -> MetricPrediction:
     interval = Interval("query", 0.0, None, None, 0.0, 0.0, 0.0, None, None, **maps)
-    return Prediction(m, "evt", 1, 1, 1, np.zeros(1), {}, interval=interval)
+    return MetricPrediction.of(metrics.METRICS["map"], 1, m, np.zeros(1), interval)
 
 
 def paired(a, b, field="threshold_maps"):
-    """The pairing of two predictions' mAP@k (`comparison.paired_deviation` of their metrics)."""
-    return compare.paired_deviation(*(compare._metrics(p)[f"map@{p.k}"] for p in (a, b)), field)
+    """The pairing of two predictions' mAP@k (`comparison.paired_deviation`)."""
+    return compare.paired_deviation(a, b, field)
 
 
 def test_paired_deviation_of_the_difference():
@@ -104,7 +105,7 @@ def test_paired_deviation_of_the_difference():
     got = paired(pred(0.5, 0.52, 0.47), pred(0.4, 0.39, 0.41))
     assert got == pytest.approx(0.04)
     # Without reruns (an estimator without a tail model, or an older file): no term.
-    no_interval = Prediction(0.5, "count", 1, 1, 1, np.zeros(1), {})
+    no_interval = MetricPrediction.of(metrics.METRICS["map"], 1, 0.5, np.zeros(1))
     assert paired(no_interval, pred(0.4, 0.39, 0.41)) == 0.0
     assert paired(pred(0.5, 0.5, 0.5), _pred(0.4)) == 0
     # The prior reruns pair the same way.

@@ -226,13 +226,92 @@ def test_top1_survival_and_accuracy():
     assert float(blocked) == 0.0
 
 
-def test_recall_matches_realized_counts():
-    counts, fixed, mask, n = random_counts(5)
-    want = metrics.recall_at_k_from_counts(np.where(mask, counts + fixed, -1), mask, 1000)
-    x = jnp.asarray(np.where(mask, counts, 0) / n, jnp.float32)
-    f = jnp.asarray(np.where(mask, fixed, 0), jnp.float32)
-    got = jax.vmap(lambda a, m, b: law.recall_at_k(a, m, float(n), 1000.0, b))(x, mask, f)
-    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+PER_QUERY = ("map_at_r", "r_precision", "top1")
+
+
+def _poisson_metric_reference(metric, x, mask, n, k, fixed):
+    """scipy transcription: E[metric] of one query with K_j ~ Poisson(n x_j), positive j (the
+    j-th by F + n x) contributing weight(j) sum_m pmf(m) 1{j + F + m <= c} g(j + F + m)."""
+    g = {"inverse": lambda r: 1.0 / r, "one": np.ones_like}[metric.gain]
+    n_pos = int(mask.sum())
+    cut = float(metric.cut(np.float64(n_pos), k))
+    order = np.argsort(np.where(mask, fixed + n * x, np.inf), kind="stable")
+    total = 0.0
+    for j, i in enumerate(order[:n_pos], start=1):
+        m = np.arange(int(cut) + 1)
+        r = (j + fixed[i] + m).astype(float)
+        pmf = scipy.stats.poisson.pmf(m, n * x[i])
+        total += metric.weight(np.float64(j)) * (pmf * g(r) * (r <= cut)).sum()
+    return total / float(metric.norm(np.float64(n_pos), k))
+
+
+def _law_values(metric_list, x, mask, n, k, fixed):
+    gains = law.table_gains(metric_list)
+    tables = law.rank_tables(k, gains, jnp.asarray(x).dtype)
+    one = lambda a, b, c: law.query_metrics(
+        a, b, n, k, metric_list=metric_list, gains=gains, tables=tables, fixed=c
+    )[0]
+    return np.asarray(jax.vmap(one)(jnp.asarray(x), jnp.asarray(mask), jnp.asarray(fixed)))
+
+
+@pytest.mark.parametrize("k", [1, 100])
+def test_per_query_cutoff_metrics_match_the_poisson_sum(k, x64):
+    # MAP@R, R-precision and top-1 (cut-offs R and 1, whatever k) against scipy's Poisson sums:
+    # hardness over 10 decades, zeros, fixed counts, up to 9 positives.
+    rng = np.random.default_rng(k)
+    q, p = 30, 9
+    x = 10.0 ** rng.uniform(-10, -2, (q, p)) * (rng.uniform(size=(q, p)) > 0.15)
+    mask = rng.uniform(size=(q, p)) < 0.7
+    mask[:, 0] = True
+    fixed = (rng.integers(0, 3, (q, p)) * (rng.uniform(size=(q, p)) < 0.3)).astype(float)
+    n = 1e6
+    metric_list = (metrics.METRICS["map"], *(metrics.METRICS[m] for m in PER_QUERY))
+    got = _law_values(metric_list, x, mask, n, k, fixed)  # [Q, M]
+    for col, metric in enumerate(metric_list):
+        rows = zip(x, mask, fixed, strict=True)
+        want = [_poisson_metric_reference(metric, a, b, n, k, f) for a, b, f in rows]
+        atol = 2e-6 if metric.cutoff.per_query is None else 1e-12  # a table vs a direct sum
+        np.testing.assert_allclose(got[:, col], want, atol=atol, err_msg=metric.name)
+
+
+def test_per_query_cutoff_metrics_match_monte_carlo():
+    # The law's E[metric] against the mean exact value (`core.metrics`, from counts) of galleries
+    # drawn at the same hardness, within 4 Monte-Carlo sds: each distractor outranks every
+    # positive of hardness above its own draw, so the counts nest (K_j = the Poisson counts of
+    # the increments of x in ascending order), as do the fixed items.
+    rng = np.random.default_rng(7)
+    q, p, n, k, draws = 8, 6, 1e5, 1000, 4000
+    x = np.sort(10.0 ** rng.uniform(-6, -4, (q, p)), axis=1)
+    mask = np.ones((q, p), bool)
+    mask[:, 3:] = rng.uniform(size=(q, p - 3)) < 0.5
+    fixed = np.cumsum(rng.uniform(size=(q, p)) < 0.2, axis=1).astype(float)
+    metric_list = tuple(metrics.METRICS[m] for m in PER_QUERY)
+    got = _law_values(metric_list, x.astype(np.float32), mask, n, k, fixed.astype(np.float32))
+    steps = np.diff(x, axis=1, prepend=0.0)
+    counts = np.cumsum(rng.poisson(n * steps, (draws, q, p)), axis=2)  # nested, [draws, Q, P]
+    for col, metric in enumerate(metric_list):
+        exact = np.stack(
+            [
+                metrics.value_from_counts(
+                    metric, np.where(mask, c + fixed, -1).astype(int), mask, k
+                )
+                for c in counts
+            ]
+        )  # [draws, Q]
+        sd = exact.std(axis=0) / np.sqrt(draws)
+        assert np.all(np.abs(got[:, col] - exact.mean(axis=0)) <= 4 * sd + 1e-5), metric.name
+
+
+def test_per_query_top1_is_the_poisson_survival():
+    # top-1 = P(the best positive has nothing above it) = 1{F_1 = 0} exp(-N x_1), as
+    # `law.top1_accuracy` writes it.
+    x = jnp.array([[2e-6, 1e-6, 0.5], [0.0, 1e-7, 0.0]], jnp.float32)
+    mask = jnp.array([[True, True, False], [True, True, False]])
+    fixed = jnp.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]], jnp.float32)
+    got = _law_values((metrics.METRICS["top1"],), x, mask, 1e6, 1000, fixed)[:, 0]
+    want = jax.vmap(lambda a, m, f: law.top1_accuracy(a, m, 1e6, f))(x, mask, fixed)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6)
+    np.testing.assert_allclose(got, [np.exp(-1.0), np.exp(-0.1)], rtol=1e-5)
 
 
 @pytest.mark.parametrize("gain", sorted(metrics.GAINS))

@@ -93,6 +93,45 @@ def test_gldv2_matches_official_recipe():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def musgrave_map_at_r(ranked):
+    """MAP@R of one ranked relevance list (Musgrave et al., ECCV 2020, Sec. 3.2), literally:
+    R = the number of relevant items; (1 / R) sum_{i <= R} P(i) rel(i)."""
+    r = int(ranked.sum())
+    total = 0.0
+    for i in range(1, r + 1):
+        if ranked[i - 1]:
+            total += ranked[:i].sum() / i  # P(i): the precision of the top i
+    return total / r
+
+
+def musgrave_r_precision(ranked):
+    """R-precision: relevant items among the top R, over R."""
+    r = int(ranked.sum())
+    return ranked[:r].sum() / r
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_per_query_cutoff_metrics_match_brute_force(backend):
+    # Sort each gallery (descending score, positives first among ties: our rule), compute
+    # directly; quantised scores make ties common, and R runs from 1 to 14.
+    rng = np.random.default_rng(1)
+    scores, relevant = random_problem(rng, q=40, levels=30)
+    ranked = [r[np.lexsort((~r, -s))] for s, r in zip(scores, relevant, strict=True)]
+    want = {
+        "map_at_r": [musgrave_map_at_r(r) for r in ranked],
+        "r_precision": [musgrave_r_precision(r) for r in ranked],
+        "top1": [float(r[0]) for r in ranked],
+    }
+    xp = jnp if backend == "jax" else np
+    scores, relevant = xp.asarray(scores), xp.asarray(relevant)
+    pos, mask = metrics.positives_from_dense(scores, relevant)
+    counts = metrics.counts_from_scores(scores, relevant, xp.where(mask, pos, 0.0), mask)
+    for name, values in want.items():
+        for k in (1, 5, 1000):  # a per-query cut-off does not depend on k
+            got = metrics.value_from_counts(metrics.get(name), counts, mask, k)
+            np.testing.assert_allclose(np.asarray(got), values, rtol=1e-6, err_msg=name)
+
+
 def test_recall_and_top1_match_brute_force():
     rng = np.random.default_rng(1)
     scores, relevant = random_problem(rng, levels=1000)
@@ -103,9 +142,12 @@ def test_recall_and_top1_match_brute_force():
         for s, r in zip(scores, relevant, strict=True):
             order = np.lexsort((~r, -s))
             want.append(r[order[:k]].sum() / r.sum())
-        np.testing.assert_allclose(metrics.recall_at_k_from_counts(counts, mask, k), want)
+        got = metrics.value_from_counts(metrics.METRICS["recall"], counts, mask, k)
+        np.testing.assert_allclose(got, want)
     top1 = [float(r[np.lexsort((~r, -s))[0]]) for s, r in zip(scores, relevant, strict=True)]
-    np.testing.assert_array_equal(metrics.top1_from_counts(counts, mask), top1)
+    for name, k in (("top1", 1000), ("hit", 1)):
+        got = metrics.value_from_counts(metrics.get(name), counts, mask, k)
+        np.testing.assert_array_equal(got, top1)
 
 
 def _ranked_relevance(rng, q, d, p_rel):
@@ -135,6 +177,9 @@ def test_every_metric_matches_its_recipe_on_a_ranked_list(k):
         "ndcg": (top / np.log2(1 + i)).sum(axis=1) / ideal,
         "hit": np.isfinite(first).astype(float),
         "mrr": np.where(np.isfinite(first), 1.0 / first, 0.0),
+        "map_at_r": np.array([musgrave_map_at_r(r) for r in ranked]),
+        "r_precision": np.array([musgrave_r_precision(r) for r in ranked]),
+        "top1": ranked[:, 0].astype(float),
     }
     pos, mask = metrics.positives_from_dense(scores, relevant)
     counts = metrics.counts_from_scores(scores, relevant, np.where(mask, pos, 0.0), mask)

@@ -1,13 +1,16 @@
 """A prediction from a sampled-scores file: its fields, and the summary's warnings."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from tailaware.core import metrics
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io import scores
-from tailaware.protocol import diagnostics, intervals, prediction, schema
+from tailaware.jobs import config as config_lib
+from tailaware.protocol import comparison, diagnostics, intervals, prediction, schema
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
 from tailaware.sim import simulate
 
@@ -42,8 +45,9 @@ def test_prediction_fields():
     half, double = extra["uncertainty"]["threshold_maps"]  # the reruns behind the interval
     dev = max(abs(half - result["map"]), abs(double - result["map"]))
     assert extra["uncertainty"]["threshold_deviation"] == pytest.approx(dev, abs=1e-6)
-    assert 0.0 <= extra["other_metrics"]["top1"] <= 1.0
-    assert 0.0 <= extra["other_metrics"]["recall@100"] <= 1.0
+    # One recall@k, the registry's with its interval and curve (no second law beside it).
+    assert "other_metrics" not in extra and 0.0 <= extra["metrics"]["recall@100"]["value"] <= 1.0
+    assert {"ci90", "uncertainty", "curve"} <= set(extra["metrics"]["recall@100"])
     json.dumps(extra)  # prediction.json must serialise
 
 
@@ -99,3 +103,51 @@ def test_summary_warns_when_the_prediction_moves_with_the_threshold_or_the_prior
     both = intervals.intervals(0.5, reps, s, deviation=0.03, prior_deviation=0.02)
     _, note = diagnostics.model_sensitive(both, 1000)
     assert note.startswith("PRIOR SENSITIVE: mAP@1000 moves by 0.0200")
+
+
+def _toy_by_hand(counts, mask):
+    """The toy metric, literally: each query's ranked list from its counts (positive j, the j-th
+    by count, at rank j + count), c = ceil(R / 2), positives in the top c over c."""
+    out = []
+    for row, m in zip(counts, mask, strict=True):
+        ranks = [j + c for j, c in enumerate(sorted(row[m]), start=1)]
+        cut = -(-len(ranks) // 2)
+        out.append(sum(r <= cut for r in ranks) / cut)
+    return np.asarray(out)
+
+
+@pytest.mark.slow
+def test_a_registered_metric_with_a_per_query_cutoff_is_predicted_and_compared(monkeypatch):
+    # A toy metric, registered through the public API (not by editing the registry): precision
+    # at a cut-off of half each query's positives, ceil(R / 2).
+    monkeypatch.setattr(metrics, "METRICS", dict(metrics.METRICS))  # undone after the test
+    half = metrics.Cutoff("R/2", lambda n_pos: n_pos - n_pos // 2)
+    toy = metrics.register(
+        metrics.Metric("toy", "one", lambda j: j * 0.0 + 1.0, lambda n, k: n - n // 2, "toy", half)
+    )
+    assert config_lib.metric_names("map,toy") == ("map", "toy")
+    cfg, bench, sc = _sample(40, 10**6, query_replicates=200, nested_replicates=4, curve_points=5)
+    cfg = dataclasses.replace(cfg, metrics=("map", "toy"))
+    # At N = S the prediction conditions on the sample's own counts: it is the sample's exact
+    # value, which the literal recipe gives.
+    got = prediction.predict(sc, cfg, sc.n_sample).metrics["toy"]
+    exact = _toy_by_hand(sc.pos_counts + sc.fixed_counts, sc.mask)
+    assert (got.metric, got.cutoff, got.label) == ("toy", "R/2", toy.label(cfg.k))
+    np.testing.assert_allclose(got.per_query, exact, atol=1e-6)
+    # At N: the point with both intervals and the curve, as every metric has.
+    a = prediction.predict(sc, cfg, 10**6)
+    m = a.metrics["toy"]
+    assert m.interval.ci90.queries[0] <= m.value <= m.interval.ci90.queries[1]
+    assert m.interval.sd_distractor is not None and len(m.curve.n) == 5
+    assert (np.diff(m.curve.values) <= 1e-7).all() and m.value <= float(exact.mean()) + 1e-6
+    # prediction.json carries it under its name, with its metric and cut-off; read back, it is
+    # compared like the others, paired on the same queries.
+    saved = schema.prediction_json(a)
+    assert saved["metrics"]["toy"]["metric"] == "toy" and saved["metrics"]["toy"]["cutoff"] == "R/2"
+    other = simulate.draw(simulate.second_system(bench, seed=2), 0.01, 200, seed=3).scores
+    b = prediction.predict(other, cfg, 10**6)
+    c = comparison.compare(schema.prediction_from_json(json.loads(json.dumps(saved))), b)
+    paired = c.metrics["toy"]
+    assert paired.difference == pytest.approx(m.value - b.metrics["toy"].value, abs=1e-9)
+    assert paired.ci90_queries[0] <= paired.difference <= paired.ci90_queries[1]
+    assert set(schema.comparison_json(c)["metrics"]) == {"map@100", "toy"}

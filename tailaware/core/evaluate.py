@@ -197,7 +197,7 @@ def predicted_values(
         counts = np.where(mask, sample.pos_counts, 0).astype(np.float32)
         s = np.float32(sample.n_sample)
     metric_list = tuple(metric_list)
-    gains = tuple(dict.fromkeys(m.gain for m in metric_list))
+    gains = law.table_gains(metric_list)
     got = _values(
         jnp.asarray(np.concatenate(atoms, axis=-1)),
         jnp.asarray(weights),

@@ -148,13 +148,6 @@ def top1_survival(x, n, exact: bool = False):
     return jnp.exp(xlog1py(n, -x)) if exact else jnp.exp(-n * x)
 
 
-def recall_at_k(x, mask, n, k, fixed=None):
-    """Returns the share of a query's positives whose expected rank is <= k (one query)."""
-    xs, fs, valid, j = _by_rank(jnp.asarray(x), mask, n, fixed)
-    hit = _truncate(jnp.where(valid, j + fs + n * xs, 1.0), k, "hard", 1.0)
-    return jnp.sum(jnp.where(valid, hit, 0.0)) / jnp.maximum(jnp.sum(valid), 1).astype(j.dtype)
-
-
 def top1_accuracy(x, mask, n, fixed=None):
     """Returns P(the first retrieved item is a positive) for one query, in the Poisson form.
 
@@ -221,6 +214,8 @@ def rank_tables(k: int, gains: tuple[str, ...] = ("inverse",), dtype=jnp.float32
     (`tables=`), the tables are not baked into the compiled program as constants (32 MB per gain
     at k = 1000, costly to trace and compile). Cached.
     """
+    if not gains:  # every metric cut per query: no table read
+        return jnp.zeros((1, 1, 0, 2), dtype)
     h = np.stack([gain_table(int(k), g) for g in gains], axis=-1)  # [L, k, G]
     return jnp.asarray(np.stack([h, np.concatenate([h[1:], h[-1:]])], axis=-1), dtype)
 
@@ -254,18 +249,60 @@ def _lookup(a, rows, k: int, tables):
     return jnp.where(((a <= k) & inside)[..., None], h, 0.0)
 
 
+def table_gains(metric_list) -> tuple[str, ...]:
+    """Returns the gains of the metrics cut at the global k, each once, in order: the gains
+    `rank_tables` holds for them (a per-query cut-off needs no table)."""
+    return tuple(dict.fromkeys(m.gain for m in metric_list if m.cutoff.per_query is None))
+
+
+def _poisson_sum(a, lam, cut, gain):
+    """Returns E[1{a + K <= c} g(a + K)] [P], K ~ Poisson(lam) [P], at a cut-off c <= P.
+
+    The direct sum over K = 0..P-1 (P = a's length): with a >= 1 and c <= P no larger K counts.
+    """
+    m = jnp.arange(a.shape[0], dtype=a.dtype)
+    r = jnp.maximum(a[:, None] + m[None, :], 1.0)  # [P (positive), P (K)]
+    pmf = jnp.exp(poisson_log_pmf(m[None, :], lam[:, None]))
+    return jnp.sum(jnp.where(r <= cut, pmf * metrics.GAINS[gain](r), 0.0), axis=1)
+
+
+def expected_terms(a, lam, n_pos, k: int, *, keys, gains, rows, tables):
+    """Returns E[1{a + K <= c} g(a + K)] [P, T] for each (gain, `Cutoff`) of `keys` [T].
+
+    The one path every metric's expectation takes. At the global k (c = k) the term is read from
+    the tables (`rank_tables(k, gains)`, located by `rows` = `_table_rows(lam, k)`); at a per-query
+    cut-off c = cutoff(R) <= R (R = `n_pos`, the query's positives) it is the Poisson sum itself
+    (`_poisson_sum`), as cheap as a table row for a query's P positives.
+
+    Args:
+      a: [P] integer-valued ranks j + F_j >= 1 (padding anything); lam: [P] Poisson means.
+      n_pos: the query's positives R (>= 1); k: the global cut-off (static).
+      keys: the (gain, cut-off) pairs (static); gains: the tables' gains, in their order.
+    """
+    h = _lookup(a, rows, k, tables) if gains else None  # [P, G]
+    cols = [
+        h[:, gains.index(gain)]
+        if cutoff.per_query is None
+        else _poisson_sum(a, lam, cutoff.per_query(n_pos), gain)
+        for gain, cutoff in keys
+    ]
+    return jnp.stack(cols, axis=-1)
+
+
 def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None, views=None):
-    """Returns E[metric@k] [V, M] of one query with hardness x [P] (one atom), K_j ~ Poisson(n x_j).
+    """Returns E[metric] [V, M] of one query with hardness x [P] (one atom), K_j ~ Poisson(n x_j).
 
     Each metric is a sum over the positives (`core.metrics.Metric`), so its expectation needs
     only each K_j's marginal law: positive j (the j-th smallest in F_j + n x_j) contributes
-    weight(j) E[1{j + F_j + K_j <= k} gain(j + F_j + K_j)], read from the tables. A view keeps
-    a subset of the positives and deletes the others from the list (the ILIAS report's groups):
-    its positives are ranked among themselves, the non-relevant items above each unchanged.
+    weight(j) E[1{j + F_j + K_j <= c} gain(j + F_j + K_j)], c its cut-off (`expected_terms`). A
+    view keeps a subset of the positives and deletes the others from the list (the ILIAS
+    report's groups): its positives are ranked among themselves, the non-relevant items above
+    each unchanged, and a per-query cut-off follows the view's own positives.
 
     Args:
-      x: [P] hardness; mask: [P] real positives; n: gallery size N; k: the cut-off (static).
-      metric_list: the `Metric`s (static); gains: the tables' gain names, in their order.
+      x: [P] hardness; mask: [P] real positives; n: gallery size N; k: the global cut-off
+        (static).
+      metric_list: the `Metric`s (static); gains: `table_gains(metric_list)`.
       tables: `rank_tables(k, gains)`.
       fixed: [P] always-indexed non-relevant items above each positive.
       views: [V, P] bool subsets of the positives; None: one view, every positive.
@@ -273,17 +310,22 @@ def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None,
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
     order = jnp.argsort(jnp.where(mask, fixed + n * x, jnp.inf), stable=True)
     xs, fs, valid = jnp.where(mask, x, 0.0)[order], jnp.where(mask, fixed, 0.0)[order], mask[order]
-    rows = _table_rows(n * xs, int(k))
+    lam = n * xs
+    rows = _table_rows(lam, int(k)) if gains else None
     views = valid[None] if views is None else views[:, order] & valid[None]
+    keys = tuple(dict.fromkeys((m.gain, m.cutoff) for m in metric_list))
 
     def one_view(v):
         j = jnp.cumsum(v).astype(x.dtype)
-        h = _lookup(j + fs, rows, int(k), tables)  # [P, G]
         n_pos = jnp.sum(v).astype(x.dtype)
+        r_pos = jnp.maximum(n_pos, 1.0)
+        h = expected_terms(
+            j + fs, lam, r_pos, int(k), keys=keys, gains=gains, rows=rows, tables=tables
+        )
         out = []
         for m in metric_list:
-            terms = jnp.where(v, m.weight(j) * h[:, gains.index(m.gain)], 0.0)
-            norm = jnp.where(n_pos > 0, m.norm(jnp.maximum(n_pos, 1.0), int(k)), 1.0)
+            terms = jnp.where(v, m.weight(j) * h[:, keys.index((m.gain, m.cutoff))], 0.0)
+            norm = jnp.where(n_pos > 0, m.norm(r_pos, int(k)), 1.0)
             out.append(jnp.sum(terms) / norm)
         return jnp.stack(out)
 

@@ -1,22 +1,32 @@
-"""Retrieval metrics at a cut-off k: each a kernel over the positives' ranks and a normaliser.
+"""Retrieval metrics: each a kernel over the positives' ranks, a normaliser and a cut-off.
 
-A metric is defined once (`Metric`, registered in `METRICS`): a query with positives at ranks
+A metric is defined once (`Metric`, registered in `METRICS`): a query with R positives at ranks
 r_1 < r_2 < ... (j-th positive by score, 1-based) scores
 
-    value = sum_j weight(j) * 1{r_j <= k} * gain(r_j) / norm(n_pos, k).
+    value = sum_j weight(j) * 1{r_j <= c} * gain(r_j) / norm(R, k),
 
-| metric | weight(j) | gain(r) | norm(n_pos, k) |
-|---|---|---|---|
-| `map` (ILIAS mAP@k) | j | 1 / r | min(k, n_pos) |
-| `recall` (ILIAS's `oracle`) | 1 | 1 | n_pos |
-| `precision` | 1 | 1 | k |
-| `ndcg` (binary relevance) | 1 | 1 / log2(1 + r) | sum_{i <= min(k, n_pos)} 1 / log2(1 + i) |
-| `hit` (top-1 accuracy at k = 1) | 1{j = 1} | 1 | 1 |
-| `mrr` | 1{j = 1} | 1 / r | 1 |
+with its cut-off c (`Cutoff`) either the global k or a per-query one from R.
+
+| metric | weight(j) | gain(r) | norm(R, k) | cut-off c |
+|---|---|---|---|---|
+| `map` (ILIAS mAP@k) | j | 1 / r | min(k, R) | k |
+| `recall` (ILIAS's `oracle`) | 1 | 1 | R | k |
+| `precision` | 1 | 1 | k | k |
+| `ndcg` (binary relevance) | 1 | 1 / log2(1 + r) | sum_{i <= min(k, R)} 1 / log2(1 + i) | k |
+| `hit` | 1{j = 1} | 1 | 1 | k |
+| `mrr` | 1{j = 1} | 1 / r | 1 | k |
+| `map_at_r` (MAP@R) | j | 1 / r | R | R |
+| `r_precision` | 1 | 1 | R | R |
+| `top1` (top-1 accuracy) | 1{j = 1} | 1 | 1 | 1 |
+
+MAP@R and R-precision are the metric-learning definitions of Musgrave et al., "A Metric Learning
+Reality Check" (ECCV 2020): MAP@R = (1/R) sum_{i <= R} P(i) rel(i), with P(i) the precision of
+the top i (a positive at rank r_j <= R contributes P(r_j) = j / r_j); R-precision = (positives
+in the top R) / R.
 
 The same kernel gives a fixed gallery's exact value from its ranks (`value_from_counts`) and the
-law's expectation under Poisson counts (`tailaware.core.law`, one table per gain). Official
-definitions (the ILIAS and GLDv2 evaluation code; docs/outputs.md):
+law's expectation under Poisson counts (`tailaware.core.law`, one term per (gain, cut-off)).
+Official definitions (the ILIAS and GLDv2 evaluation code; docs/outputs.md):
 - ILIAS mAP@k: rank the database (positives + distractors) by descending score, keep the top k;
   AP = 1 / min(k, |gt|) * sum over positives ranked <= k of (positives at or above / rank).
 - ILIAS `oracle`: (positives in the top k) / len(top k) * k / |gt|: recall@k when the list holds
@@ -55,8 +65,8 @@ def _dcg(r):
     return 1.0 / _xp(r).log2(1.0 + r)
 
 
-# The rank functions a metric's gain can be: the law keeps one table of E[1{a + K <= k} g(a + K)]
-# per gain (`law.rank_tables`), shared by every metric with that gain.
+# The rank functions a metric's gain can be: the law keeps one term E[1{a + K <= c} g(a + K)] per
+# (gain, cut-off) (`law.expected_terms`), shared by every metric with that pair.
 GAINS: dict[str, Callable] = {"inverse": _inverse, "one": _ones, "dcg": _dcg}
 
 
@@ -68,15 +78,35 @@ def _ideal_dcg(n_pos, k):
     return cum[xp.minimum(n_pos, k).astype(np.int32)]
 
 
-class Metric(NamedTuple):
-    """A retrieval metric@k: sum_j weight(j) 1{r_j <= k} gain(r_j) / norm(n_pos, k).
+class Cutoff(NamedTuple):
+    """Where a metric stops counting ranks: the global k, or a cut-off of each query's own.
 
     Attributes:
-      name: its registry key ("map", "recall", ...); reported as f"{name}@{k}".
+      name: "k" for the global cut-off; else how labels name it ("R", "1").
+      per_query: None for the global k; else R [...] (each query's positives, float, >= 1) ->
+        its cut-off, integer-valued in [1, R] (numpy or jax): the law sums each positive's
+        Poisson counts up to the query's width, so a cut-off past R would be cut short.
+    """
+
+    name: str
+    per_query: Callable | None = None
+
+
+AT_K = Cutoff("k")
+AT_R = Cutoff("R", lambda n_pos: n_pos * 1.0)
+AT_1 = Cutoff("1", lambda n_pos: n_pos * 0.0 + 1.0)
+
+
+class Metric(NamedTuple):
+    """A retrieval metric: sum_j weight(j) 1{r_j <= c} gain(r_j) / norm(R, k), c its cut-off.
+
+    Attributes:
+      name: its registry key ("map", "recall", ...), the name `--config.metrics` takes.
       gain: a key of `GAINS`, the rank function.
       weight: j [P] (float, 1-based rank among the positives) -> [P] weights; numpy or jax.
-      norm: (n_pos [...], k) -> the normaliser, > 0 for n_pos >= 1; numpy or jax.
+      norm: (R [...], k) -> the normaliser, > 0 for R >= 1; numpy or jax.
       description: one line for docs and outputs.
+      cutoff: the global k (`AT_K`) or a per-query `Cutoff` (`AT_R`, `AT_1`, or one's own).
     """
 
     name: str
@@ -84,27 +114,59 @@ class Metric(NamedTuple):
     weight: Callable
     norm: Callable
     description: str
+    cutoff: Cutoff = AT_K
 
     def label(self, k: int) -> str:
-        """Returns the name under which outputs report it: e.g. "map@1000"."""
-        return f"{self.name}@{int(k)}"
+        """Returns the key outputs report it under: "map@1000" at the global k; the name alone
+        ("map_at_r") for a per-query cut-off, which the name says."""
+        return f"{self.name}@{int(k)}" if self.cutoff.per_query is None else self.name
+
+    def cutoff_value(self, k: int) -> int | str:
+        """Returns its cut-off as outputs record it: k, or the per-query cut-off's name."""
+        return int(k) if self.cutoff.per_query is None else self.cutoff.name
+
+    def cut(self, n_pos, k):
+        """Returns each query's cut-off for R = `n_pos` [...] (float) positives: k or c(R)."""
+        if self.cutoff.per_query is None:
+            return n_pos * 0.0 + k
+        return self.cutoff.per_query(n_pos)
 
 
 def _first(j):
     return _xp(j).where(j == 1, 1.0, 0.0)
 
 
+def _positives(n, k):
+    return n * 1.0
+
+
+def _one(n, k):
+    return n * 0.0 + 1.0
+
+
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric("map", "inverse", lambda j: j, lambda n, k: _xp(n).minimum(k, n), "ILIAS mAP@k"),
-        Metric("recall", "one", _ones, lambda n, k: n * 1.0, "recall@k (ILIAS's oracle)"),
+        Metric("recall", "one", _ones, _positives, "recall@k (ILIAS's oracle)"),
         Metric("precision", "one", _ones, lambda n, k: n * 0.0 + k, "precision@k"),
         Metric("ndcg", "dcg", _ones, _ideal_dcg, "nDCG@k, binary relevance"),
-        Metric("hit", "one", _first, lambda n, k: n * 0.0 + 1.0, "hit@k (top-1 accuracy at k=1)"),
-        Metric("mrr", "inverse", _first, lambda n, k: n * 0.0 + 1.0, "MRR@k"),
+        Metric("hit", "one", _first, _one, "hit@k (top-1 accuracy at k=1)"),
+        Metric("mrr", "inverse", _first, _one, "MRR@k"),
+        Metric("map_at_r", "inverse", lambda j: j, _positives, "MAP@R (Musgrave et al.)", AT_R),
+        Metric("r_precision", "one", _ones, _positives, "R-precision (Musgrave et al.)", AT_R),
+        Metric("top1", "one", _first, _one, "top-1 accuracy", AT_1),
     )
 }
+
+
+def register(metric: Metric) -> Metric:
+    """Registers `metric` under its name (every job, interval, curve and comparison then takes it
+    by that name); returns it."""
+    if metric.gain not in GAINS:
+        raise ValueError(f"metric {metric.name!r}: unknown gain {metric.gain!r}; one of {GAINS}")
+    METRICS[metric.name] = metric
+    return metric
 
 
 def get(name: str) -> Metric:
@@ -114,16 +176,26 @@ def get(name: str) -> Metric:
     return METRICS[name]
 
 
+def labelled(label: str, k: int) -> Metric:
+    """Returns the registered metric that outputs at cut-off `k` report under `label`."""
+    for m in METRICS.values():
+        if m.label(k) == label:
+            return m
+    raise ValueError(f"no registered metric is reported as {label!r} at k = {k}")
+
+
 def value_from_ranks(metric: Metric, ranks, valid, k):
     """Returns the metric [Q] from the positives' ranks [Q, P] in rank order (`ranks_from_counts`;
-    `valid` [Q, P] marks real positives), numpy or jax.numpy; 0 for a query without positives."""
+    `valid` [Q, P] marks real positives) at the global cut-off `k` (or the metric's own per-query
+    one), numpy or jax.numpy; 0 for a query without positives."""
     xp = _xp(ranks, valid)
     f = xp.result_type(float) if xp is jnp else np.float64
     j = xp.cumsum(valid, axis=1).astype(f)
     r = xp.where(valid, ranks, 1).astype(f)
-    hit = valid & (ranks <= k)
-    terms = xp.where(hit, metric.weight(j) * GAINS[metric.gain](r), 0.0)
     n_pos = valid.sum(axis=1).astype(f)
+    cut = metric.cut(xp.maximum(n_pos, 1.0), k)[:, None]
+    hit = valid & (r <= cut)
+    terms = xp.where(hit, metric.weight(j) * GAINS[metric.gain](r), 0.0)
     norm = xp.where(n_pos > 0, metric.norm(xp.maximum(n_pos, 1.0), k), 1.0)
     return terms.sum(axis=1) / norm
 
@@ -152,16 +224,6 @@ def map_from_counts(counts, k, fixed=None) -> float:
     mask = counts >= 0
     total = counts if fixed is None else np.where(mask, counts + np.asarray(fixed), -1)
     return float(ap_at_k_from_counts(total, mask, k).mean())
-
-
-def recall_at_k_from_counts(counts, mask, k):
-    """Returns recall@k [Q]: the share of each query's positives ranked within the top k."""
-    return value_from_counts(METRICS["recall"], counts, mask, k)
-
-
-def top1_from_counts(counts, mask):
-    """Returns top-1 accuracy [Q]: 1.0 when the first retrieved item is a positive (hit@1)."""
-    return value_from_counts(METRICS["hit"], counts, mask, 1)
 
 
 def ranks_from_counts(counts, mask):

@@ -3,12 +3,13 @@
 - `Hardness`: an estimator's per-positive hardness (and its posterior, reruns and prior terms),
   with its tail fits' diagnostics (`TailFit`), from `tailaware.tail` to the law and the
   protocol.
-- `Prediction` (with its `Interval` of `Bounds`, `Curve`, `OtherMetrics` and `Diagnostics` of
-  `Budget` and `Drift`): a predicted mAP@k, from `tailaware.protocol` to the jobs, which write
-  it as prediction.json (`tailaware.protocol.schema`).
+- `Prediction` (a `MetricPrediction` per metric, each with its `Interval` of `Bounds` and
+  `Curve`; `Diagnostics` of `Budget` and `Drift`): predicted metrics, mAP@k first, from
+  `tailaware.protocol` to the jobs, which write it as prediction.json
+  (`tailaware.protocol.schema`, which alone writes JSON).
 - `Report` (of `ReportValue`s): the official ILIAS report of a prediction or an exact
   evaluation (`tailaware.protocol.ilias_report`), in percent.
-- `Comparison`: two systems compared on the same queries.
+- `Comparison` (a `Paired` per metric): two systems compared on the same queries.
 
 Shapes: Q queries, P positive slots (padded; `mask`), A atoms of a hardness posterior, F
 threshold reruns, T other priors.
@@ -136,7 +137,7 @@ class Bounds(NamedTuple):
 
 
 class Interval(NamedTuple):
-    """The reported uncertainty of a predicted mAP@k at one gallery size.
+    """The reported uncertainty of a predicted metric (mAP@k, ...) at one gallery size.
 
     Attributes:
       method: "nested" (queries, distractor sample and refits) or "query" (queries alone).
@@ -149,8 +150,9 @@ class Interval(NamedTuple):
       sd_model: the tail model's error, hypot(threshold_sd x threshold_deviation, prior_sd x
         prior_deviation) (`IntervalSettings`).
       ci90, ci95: the `Bounds` at 90% and 95%.
-      threshold_maps: the threshold reruns' mAP@k (half, twice the excesses), or None.
-      prior_maps: the prior reruns' mAP@k (flatter, steeper prior), or None.
+      threshold_maps: the threshold reruns' values of the metric (half, twice the excesses), or
+        None (the name is mAP@k's, kept in prediction.json).
+      prior_maps: the prior reruns' values (flatter, steeper prior), or None.
     """
 
     method: str
@@ -185,34 +187,31 @@ class Curve(NamedTuple):
 
 
 class MetricPrediction(NamedTuple):
-    """One metric@k (`tailaware.core.metrics.METRICS`) predicted at the target N.
+    """One metric (`tailaware.core.metrics.METRICS`) predicted, or measured, at the target N.
 
     Attributes:
-      label: the metric and its cut-off, e.g. "recall@1000".
+      label: the key outputs report it under, e.g. "recall@1000", "map_at_r" (`Metric.label`).
+      metric: its name in `tailaware.core.metrics.METRICS`, e.g. "recall".
+      cutoff: its cut-off: the global k, or the name of its per-query one ("R", "1").
       value: the prediction (a fraction).
       per_query: [Q] each query's predicted value.
-      interval: its reported uncertainty at N (every term mAP@k's has), or None.
+      interval: its reported uncertainty at N, or None (an exact evaluation).
       curve: the prediction over N = 1e3..1e9 with its band, or None.
     """
 
     label: str
+    metric: str
+    cutoff: int | str
     value: float
     per_query: np.ndarray
     interval: Interval | None = None
     curve: Curve | None = None
 
-    @property
-    def metric(self) -> str:
-        """The metric's name in `tailaware.core.metrics.METRICS` (the label before its "@k")."""
-        return self.label.partition("@")[0]
-
-
-class OtherMetrics(NamedTuple):
-    """recall@k and top-1 accuracy at the target through the same law (law predictions)."""
-
-    k: int
-    recall: float
-    top1: float
+    @classmethod
+    def of(cls, metric, k: int, value, per_query, interval=None, curve=None):
+        """Returns the entry of `metric` (a `core.metrics.Metric`) at the global cut-off `k`."""
+        label, cutoff = metric.label(k), metric.cutoff_value(k)
+        return cls(label, metric.name, cutoff, float(value), per_query, interval, curve)
 
 
 class Budget(NamedTuple):
@@ -324,57 +323,79 @@ class Report(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
+# The headline metric's name: `Prediction.ap` is its entry at the global k.
+MAP = "map"
+
+
 class Prediction(NamedTuple):
-    """A predicted (or exactly measured) mAP@k at gallery size N: what prediction.json holds.
+    """Predicted (or exactly measured) metrics at gallery size N: what prediction.json holds.
 
     Attributes:
-      map: mAP@k (a fraction, not percent).
       estimator: the estimator's name; "exact" for an exact evaluation.
       n_target: N.
       n_sample: S, the sampled distractors it came from.
-      k: the cut-off.
-      per_query_ap: [Q] AP@k of every query.
+      k: the global cut-off.
+      query_ids: [Q] or None.
+      metrics: label -> `MetricPrediction` of every configured metric, mAP@k first (`MAP`).
       baselines: name -> mAP@k of the baselines from the same sample (evaluate-at-S, count,
         homogeneous, power-law and log-uniform curve fits), in the order they are reported.
-      query_ids: [Q] or None.
-      share_tail_priced: the share of positives the tail priced (None for an exact evaluation).
-      interval: the reported uncertainty at N, or None (an exact evaluation).
-      curve: the prediction over N = 1e3..1e9, or None.
-      other_metrics: recall@k and top-1 at N, or None.
       diagnostics: the summary and the checks, or None.
+      report: the official ILIAS report (an ILIAS job's exact evaluation), or None.
       artifact: (path, metadata) of the hardness artifact it was predicted from, or None.
       queries: which query set an ILIAS job scored ("image" or "text"), or None.
-      metrics: label -> `MetricPrediction` of every configured metric, mAP@k first (whose
-        fields repeat the ones above); empty for predictions made before there were several.
-      report: the official ILIAS report (an ILIAS job's exact evaluation), or None.
+
+    `ap`, and its views `map`, `per_query_ap`, `interval`, `curve`, read mAP@k's entry.
     """
 
-    map: float
     estimator: str
     n_target: int
     n_sample: int
     k: int
-    per_query_ap: np.ndarray
-    baselines: dict
-    query_ids: np.ndarray | None = None
-    share_tail_priced: float | None = None
-    interval: Interval | None = None
-    curve: Curve | None = None
-    other_metrics: OtherMetrics | None = None
+    query_ids: np.ndarray | None
+    metrics: Mapping[str, MetricPrediction]
+    baselines: Mapping[str, float] = MappingProxyType({})
     diagnostics: Diagnostics | None = None
+    report: Report | None = None
     artifact: tuple[str, dict] | None = None
     queries: str | None = None
-    metrics: Mapping[str, MetricPrediction] = MappingProxyType({})
-    report: Report | None = None
+
+    @property
+    def ap(self) -> MetricPrediction:
+        """mAP@k's entry of `metrics` (the headline)."""
+        return self.metrics[f"{MAP}@{int(self.k)}"]
+
+    @property
+    def map(self) -> float:
+        """mAP@k (a fraction, not percent)."""
+        return self.ap.value
+
+    @property
+    def per_query_ap(self) -> np.ndarray:
+        """[Q] AP@k of every query."""
+        return self.ap.per_query
+
+    @property
+    def interval(self) -> Interval | None:
+        """mAP@k's reported uncertainty at N, or None (an exact evaluation)."""
+        return self.ap.interval
+
+    @property
+    def curve(self) -> Curve | None:
+        """mAP@k over N = 1e3..1e9, or None."""
+        return self.ap.curve
+
+    @property
+    def share_tail_priced(self) -> float | None:
+        """The share of positives the tail priced (`Diagnostics`; None without)."""
+        return None if self.diagnostics is None else self.diagnostics.share_tail_priced
 
 
-class Comparison(NamedTuple):
-    """A paired comparison of two systems on the same queries at one N and k (A - B).
+class Paired(NamedTuple):
+    """One metric of two systems compared on the same queries at one N (A - B).
 
     Attributes:
-      n_target, k: where they are compared.
-      map_a, map_b: each system's predicted mAP@k.
-      difference: mean AP difference A - B.
+      value_a, value_b: each system's predicted value.
+      difference: mean per-query difference A - B.
       sd: its sd for these queries (both systems' distractor samples and tail models).
       ci90, ci95: its intervals for these queries, within [-1, 1].
       p_a_beats_b: the probability that A > B on these queries (normal, sd `sd`).
@@ -382,17 +403,12 @@ class Comparison(NamedTuple):
       resolved: the 90% interval excludes 0.
       threshold_deviation, prior_deviation: how far A - B moves when both tails' thresholds or
         priors do (a shift shared by both cancels).
-      metrics: label -> `Comparison` of every metric both predictions carry (mAP@k's repeats
-        the fields above; `map_a`, `map_b` then hold that metric's values); empty when they
-        carry only mAP@k.
       sd_queries, ci90_queries, ci95_queries: the same over queries like these (the paired query
         bootstrap added); None in a file written before there were two.
     """
 
-    n_target: int
-    k: int
-    map_a: float
-    map_b: float
+    value_a: float
+    value_b: float
     difference: float
     sd: float
     ci90: tuple[float, float]
@@ -402,7 +418,26 @@ class Comparison(NamedTuple):
     resolved: bool
     threshold_deviation: float = 0.0
     prior_deviation: float = 0.0
-    metrics: Mapping[str, "Comparison"] = MappingProxyType({})
     sd_queries: float | None = None
     ci90_queries: tuple[float, float] | None = None
     ci95_queries: tuple[float, float] | None = None
+
+
+class Comparison(NamedTuple):
+    """A paired comparison of two systems on the same queries at one N and k (A - B).
+
+    Attributes:
+      n_target, k: where they are compared.
+      metrics: label -> `Paired` of every metric both predictions carry, mAP@k first.
+
+    `ap` is mAP@k's entry.
+    """
+
+    n_target: int
+    k: int
+    metrics: Mapping[str, Paired]
+
+    @property
+    def ap(self) -> Paired:
+        """mAP@k's entry of `metrics`."""
+        return self.metrics[f"{MAP}@{int(self.k)}"]

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Callable
 
-from tailaware.core.metrics import METRICS
+from tailaware.core import metrics as core_metrics
 from tailaware.io.errors import InputError, MissingInput
 from tailaware.protocol import reference
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
@@ -116,19 +116,27 @@ def tail_settings(config) -> TailSettings:
     return block(TailSettings, config.get("evt"), "evt")
 
 
+def metric_names(value) -> tuple[str, ...]:
+    """Returns the metric names of `config.metrics`: a tuple ("('map','recall')") or one
+    comma-separated string ("map,recall,map_at_r,r_precision", which the flag parser passes as
+    a tuple of that one string)."""
+    items = (value,) if isinstance(value, str) else tuple(value)
+    return tuple(n.strip() for item in items for n in str(item).split(",") if n.strip())
+
+
 def predict_settings(config) -> PredictSettings:
     """Returns the `PredictSettings` of a job config: `estimator`, `k`, `metrics`, `evt`,
     `protocol` and `intervals` (the last three optional blocks), each checked (`InputError`
     naming the flag)."""
     check(config, "estimator", one_of(ESTIMATORS), f"one of {sorted(ESTIMATORS)}")
     check(config, "k", lambda k: at_least(1)(k) and k <= MAX_K, f"1 <= k <= {MAX_K:,}")
-    names = config.get("metrics", PredictSettings.metrics)
-    names = (names,) if isinstance(names, str) else tuple(names)
+    names = metric_names(config.get("metrics", PredictSettings.metrics))
+    known = core_metrics.METRICS  # read now: a metric registered after import counts
     check(
         config,
         "metrics",
-        lambda v: v is None or all(n in METRICS for n in names),
-        f"a tuple of {sorted(METRICS)}, e.g. \"('map','recall')\"",
+        lambda v: v is None or all(n in known for n in names),
+        f"names of {sorted(known)}, e.g. map,recall,map_at_r,r_precision",
     )
     protocol = config.get("protocol")
     blocks = () if protocol is None else tuple(protocol.get("blocks", ()))

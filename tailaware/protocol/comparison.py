@@ -18,7 +18,7 @@ i.e. z_0.95 times the difference's sd.
 import numpy as np
 from scipy import stats
 
-from tailaware.core.results import Comparison, MetricPrediction, Prediction
+from tailaware.core.results import Comparison, MetricPrediction, Paired, Prediction
 from tailaware.protocol import intervals
 from tailaware.protocol.settings import IntervalSettings
 
@@ -119,15 +119,6 @@ def _check_pair(a: Prediction, b: Prediction) -> None:
         )
 
 
-def _metrics(p: Prediction) -> dict:
-    """Returns label -> `MetricPrediction` of a prediction, mAP@k alone for one made before there
-    were several."""
-    if p.metrics:
-        return p.metrics
-    label = f"map@{p.k}"
-    return {label: MetricPrediction(label, p.map, p.per_query_ap, p.interval, p.curve)}
-
-
 def compare(
     a: Prediction,
     b: Prediction,
@@ -136,8 +127,8 @@ def compare(
     seed: int = 0,
     settings: IntervalSettings = IntervalSettings(),
 ) -> Comparison:
-    """Returns the `Comparison` of two predictions, with every term, for mAP@k and (under
-    `metrics`) every metric both predict.
+    """Returns the `Comparison` of two predictions, with every term, for every metric both
+    predict (mAP@k first).
 
     The per-query values, the distractor-sample sds (when the nested bootstrap ran) and the
     difference's threshold and prior sensitivities (`paired_deviation`) come from the
@@ -149,7 +140,7 @@ def compare(
     """
     _check_pair(a, b)
     sd = lambda m: 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
-    ma, mb = _metrics(a), _metrics(b)
+    ma, mb = a.metrics, b.metrics
     out = {}
     for label in (name for name in ma if name in mb):
         x, y = ma[label], mb[label]
@@ -165,14 +156,11 @@ def compare(
             prior_deviation=dev_prior,
             settings=settings,
         )
-        out[label] = Comparison(
-            n_target=a.n_target,
-            k=a.k,
-            map_a=x.value,
-            map_b=y.value,
+        out[label] = Paired(
+            value_a=x.value,
+            value_b=y.value,
             threshold_deviation=dev,
             prior_deviation=dev_prior,
             **got,
         )
-    first = out[f"map@{a.k}"]
-    return first._replace(metrics=out if len(out) > 1 or a.metrics else {})
+    return Comparison(n_target=a.n_target, k=a.k, metrics=out)

@@ -107,18 +107,12 @@ def predict(
         diagnostics.metric_line(f"mAP@{k}", ap.value, ap.interval, n_target),
     )
     return Prediction(
-        map=ap.value,
         estimator=art.estimator,
         n_target=int(n_target),
         n_sample=int(art.n_sample),
         k=k,
-        per_query_ap=ap.per_query,
-        baselines={},
         query_ids=art.query_ids,
-        share_tail_priced=float(art.tail_priced[art.mask].mean()),
-        interval=ap.interval,
-        curve=ap.curve,
-        diagnostics=Diagnostics(summary),
-        artifact=(source, art.metadata),
         metrics=out,
+        diagnostics=Diagnostics(summary, share_tail_priced=float(art.tail_priced[art.mask].mean())),
+        artifact=(source, art.metadata),
     )

@@ -275,7 +275,7 @@ def nested_bootstrap(
     """
     est = estimators.get(estimator)
     metric_list = tuple(metric_list)
-    gains = tuple(dict.fromkeys(m.gain for m in metric_list))
+    gains = law.table_gains(metric_list)
     b = int(num_replicates)
     cores = [functional.core(scores, settings)]
     cores += [functional.core(x, settings, reference=scores) for x in extra]

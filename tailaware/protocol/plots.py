@@ -74,7 +74,7 @@ def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curv
     """Writes a PNG of a comparison: each metric's A - B with its 90% interval and, given both
     predictions' mAP@k curves on the same sizes, A - B over N (the curves' difference; its
     interval is the paired one, at N only)."""
-    rows = c.metrics or {f"map@{c.k}": c}
+    rows, ap = c.metrics, c.ap
     same = curves is not None and all(x is not None for x in curves)
     same = same and np.allclose(curves[0].n, curves[1].n)
     fig = Figure(figsize=(7, 2.0 + 0.4 * len(rows) + (3.2 if same else 0.0)))
@@ -96,8 +96,8 @@ def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curv
         ax.plot(n, np.subtract(curves[0].values, curves[1].values), "-", label="A - B (curves)")
         ax.errorbar(
             [c.n_target],
-            [c.difference],
-            _spans([c.difference], [c.ci90[0]], [c.ci90[1]]),
+            [ap.difference],
+            _spans([ap.difference], [ap.ci90[0]], [ap.ci90[1]]),
             fmt="ko",
             capsize=3,
             label="target N, paired 90% interval",

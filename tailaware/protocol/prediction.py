@@ -11,7 +11,8 @@ diagnostic"):
   these, the query bootstrap's term too;
 - the curve for N from 10^3 to 10^9 with its 90% band (and the distractor-sample sd, which the
   hardness artifact keeps);
-- recall@k and top-1 at N through the same law (`other_metrics`);
+- every other metric of `settings.metrics` (recall@k, MAP@R, top-1, ...) through the same law,
+  with its interval and curve;
 - the baselines: evaluate-at-S, count, homogeneous and the power-law / log-uniform curve fits;
 - the diagnostics: the sufficient-budget verdict on nested sub-samples (`budget_check`), the
   drift test over id-hash block files (`drift_check`) and the summary (`diagnostics.summary`).
@@ -22,18 +23,15 @@ Shapes: Q queries, P positive slots, G gallery sizes, F threshold reruns, T othe
 from concurrent import futures
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from tailaware.core import evaluate, law, metrics
+from tailaware.core import evaluate, metrics
 from tailaware.core.results import (
     Curve,
     Diagnostics,
     Drift,
     Hardness,
     MetricPrediction,
-    OtherMetrics,
     Prediction,
     Report,
     ReportValue,
@@ -48,26 +46,6 @@ def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
     """Returns the configured estimator's `Hardness`, with its threshold reruns and prior terms
     when it has a tail model (what the interval needs)."""
     return estimators.estimate(scores, settings.estimator, settings.tail)
-
-
-@jax.jit
-def _other_metrics(x, mask, n, k, fixed):
-    recall = jax.vmap(lambda xi, mi, fi: law.recall_at_k(xi, mi, n, k, fi))(x, mask, fixed)
-    top1 = jax.vmap(lambda xi, mi, fi: law.top1_accuracy(xi, mi, n, fi))(x, mask, fixed)
-    return jnp.mean(recall), jnp.mean(top1)
-
-
-def other_metrics(hardness: Hardness, fixed, n: float, k: int) -> OtherMetrics:
-    """Returns recall@k and top-1 accuracy at gallery size n through the law."""
-    fx = jnp.asarray(np.where(hardness.mask, fixed, 0), jnp.float32)
-    recall, top1 = _other_metrics(
-        jnp.asarray(hardness.x, jnp.float32),
-        jnp.asarray(hardness.mask),
-        jnp.float32(n),
-        jnp.float32(k),
-        fx,
-    )
-    return OtherMetrics(int(k), float(recall), float(top1))
 
 
 def budget_check(subsamples, predictions, settings: PredictSettings, n_target: int, noise):
@@ -187,8 +165,8 @@ def metric_predictions(
                 sd_distractor=tuple(sd_curve.tolist()) if known else None,
                 ci90_queries=tuple(u.ci90.queries for u in uncs[1:]),
             )
-        label = metric.label(settings.k)
-        out[label] = MetricPrediction(label, float(means[0, 0, m]), per_query[0], uncs[0], curve)
+        got = MetricPrediction.of(metric, settings.k, means[0, 0, m], per_query[0], uncs[0], curve)
+        out[got.label] = got
     return out
 
 
@@ -335,25 +313,19 @@ def estimate_and_predict(
     summary = diagnostics.reconciled(scores.reconciled) + summary
     shared = float(hardness.tail_priced[mask].mean())
     return hardness, Prediction(
-        map=ap.value,
         estimator=settings.estimator,
         n_target=int(n_target),
         n_sample=int(scores.n_sample),
         k=k,
-        per_query_ap=ap.per_query,
+        query_ids=scores.query_ids,
+        metrics=out,
         baselines={
             "at_sample": baselines.at_sample_map(scores, k),
             "count": float(values[rows.baselines.start, 0, 0].mean()),
             "homogeneous": float(values[rows.baselines.start + 1, 0, 0].mean()),
             **fits,
         },
-        query_ids=scores.query_ids,
-        share_tail_priced=shared,
-        interval=unc,
-        curve=ap.curve,
-        other_metrics=other_metrics(hardness, fixed, n_target, k),
         diagnostics=Diagnostics(summary, verdict, drift, shared, raised, checked),
-        metrics=out,
         report=predicted,
     )
 
@@ -450,16 +422,13 @@ def exact(
     out = {}
     for metric in dict.fromkeys((metrics.METRICS["map"], *metric_list)):
         per_query = np.asarray(metrics.value_from_counts(metric, counts, mask, k), np.float64)
-        out[metric.label(k)] = MetricPrediction(metric.label(k), float(per_query.mean()), per_query)
-    ap = next(iter(out.values()))
+        got = MetricPrediction.of(metric, k, per_query.mean(), per_query)
+        out[got.label] = got
     return Prediction(
-        map=ap.value,
         estimator="exact",
         n_target=int(n_target),
         n_sample=int(scores.n_sample),
         k=int(k),
-        per_query_ap=ap.per_query,
-        baselines={},
         query_ids=scores.query_ids,
         metrics=out,
         report=None if report is None else ilias_report.exact_report(report, counts, mask, k),

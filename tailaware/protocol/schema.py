@@ -1,15 +1,20 @@
 """prediction.json and comparison.json: the typed results written as JSON, in one place.
 
-`prediction_json` is the public layout of prediction.json (docs/outputs.md lists its fields);
-`prediction_from_json` reads back what a comparison needs. `format_table` and
-`format_comparison` are the plain-text tables the predict and compare jobs print.
+`prediction_json` is the public layout of prediction.json (docs/outputs.md lists its fields):
+every metric under `metrics`, and mAP@k's entry repeated at the top (`map`, `per_query_ap`,
+`ci90`, `uncertainty`, `curve`, ...), the layout files had before there were several.
+`prediction_from_json` reads back what a comparison needs, from files of either age.
+`format_table` and `format_comparison` are the plain-text tables the predict and compare jobs
+print.
 """
 
 import statistics
 
 import numpy as np
 
+from tailaware.core import metrics as core_metrics
 from tailaware.core.results import (
+    MAP,
     Bounds,
     Budget,
     Comparison,
@@ -18,16 +23,12 @@ from tailaware.core.results import (
     Drift,
     Interval,
     MetricPrediction,
+    Paired,
     Prediction,
     Report,
 )
 from tailaware.io.errors import InputError, field_error
 from tailaware.protocol import ilias_report, intervals, reference
-
-_OTHER_METRICS_NOTE = (
-    "law predictions: recall from expected ranks j + F + N x <= k; top-1 from "
-    "P(no distractor above the best positive) = exp(-N x)"
-)
 
 
 def _pair(bounds) -> list[float]:
@@ -133,7 +134,12 @@ def _diagnostics_json(d: Diagnostics) -> dict:
 
 def _metric_json(m: MetricPrediction) -> dict:
     """Returns one entry of prediction.json's `metrics`."""
-    out = {"value": float(m.value), "per_query": [float(v) for v in m.per_query]}
+    out = {
+        "metric": m.metric,
+        "cutoff": m.cutoff,
+        "value": float(m.value),
+        "per_query": [float(v) for v in m.per_query],
+    }
     if m.interval is not None:
         out.update(_headline_json(m.interval))
         out["uncertainty"] = interval_json(m.interval)
@@ -144,35 +150,31 @@ def _metric_json(m: MetricPrediction) -> dict:
 
 def prediction_json(p: Prediction, correction=None) -> dict:
     """Returns the prediction.json object of a `Prediction` (JSON types only); with
-    `correction`, a (`reference.Correction`, `reference.Inputs`) pair, its `reference` block."""
+    `correction`, a (`reference.Correction`, `reference.Inputs`) pair, its `reference` block.
+
+    mAP@k's entry of `metrics` is repeated at the top level (`map`, `per_query_ap`, `ci90`, ...,
+    `uncertainty`, `curve`), as files written before there were several metrics hold it."""
+    ap = p.ap
     out = {
-        "map": float(p.map),
+        "map": float(ap.value),
         "estimator": p.estimator,
         "n_target": int(p.n_target),
         "n_sample": int(p.n_sample),
         "k": int(p.k),
-        "num_queries": int(len(p.per_query_ap)),
-        "per_query_ap": [float(a) for a in p.per_query_ap],
+        "num_queries": int(len(ap.per_query)),
+        "per_query_ap": [float(a) for a in ap.per_query],
         "baselines": {name: _number(v) for name, v in p.baselines.items()},
     }
     if p.share_tail_priced is not None:
         out["share_tail_priced"] = float(p.share_tail_priced)
     if p.query_ids is not None:
         out["query_ids"] = [str(q) for q in p.query_ids]
-    if p.interval is not None:
-        out.update(_headline_json(p.interval))
-        out["uncertainty"] = interval_json(p.interval)
-    if p.curve is not None:
-        out["curve"] = _curve_json(p.curve)
-    if p.other_metrics is not None:
-        m = p.other_metrics
-        out["other_metrics"] = {
-            f"recall@{m.k}": m.recall,
-            "top1": m.top1,
-            "note": _OTHER_METRICS_NOTE,
-        }
-    if p.metrics:
-        out["metrics"] = {label: _metric_json(m) for label, m in p.metrics.items()}
+    if ap.interval is not None:
+        out.update(_headline_json(ap.interval))
+        out["uncertainty"] = interval_json(ap.interval)
+    if ap.curve is not None:
+        out["curve"] = _curve_json(ap.curve)
+    out["metrics"] = {label: _metric_json(m) for label, m in p.metrics.items()}
     if p.diagnostics is not None:
         out["diagnostics"] = _diagnostics_json(p.diagnostics)
     if p.artifact is not None:
@@ -267,41 +269,61 @@ def prediction_from_json(d: dict, source: str = "prediction.json") -> Prediction
 
 
 def _prediction_from_json(d: dict) -> Prediction:
-    unc = d.get("uncertainty")
-    curve = d.get("curve")
+    k = int(d["k"])
     ids = d.get("query_ids")
-    metrics = {
-        label: MetricPrediction(
-            label,
-            float(m["value"]),
-            np.asarray(m["per_query"], np.float64),
-            None if "uncertainty" not in m else interval_from_json(m["uncertainty"], m),
-        )
-        for label, m in d.get("metrics", {}).items()
-    }
+    unc, curve = d.get("uncertainty"), d.get("curve")
+    ap = MetricPrediction.of(
+        core_metrics.get(MAP),
+        k,
+        d["map"],
+        np.asarray(d["per_query_ap"], np.float64),
+        None if unc is None else interval_from_json(unc, d),
+        None if curve is None else _curve_from_json(curve),
+    )
+    metrics = {ap.label: ap}
+    for label, m in d.get("metrics", {}).items():
+        if label != ap.label:
+            metrics[label] = _metric_from_json(label, m, k)
     return Prediction(
-        map=float(d["map"]),
         estimator=str(d["estimator"]),
         n_target=int(d["n_target"]),
         n_sample=int(d["n_sample"]),
-        k=int(d["k"]),
-        per_query_ap=np.asarray(d["per_query_ap"], np.float64),
-        baselines=dict(d.get("baselines", {})),
+        k=k,
         query_ids=None if ids is None else np.asarray(ids),
-        interval=None if unc is None else interval_from_json(unc, d),
-        curve=None if curve is None else _curve_from_json(curve),
         metrics=metrics,
+        baselines=dict(d.get("baselines", {})),
+    )
+
+
+def _metric_from_json(label: str, m: dict, k: int) -> MetricPrediction:
+    """The `MetricPrediction` of a `_metric_json` entry; a file written before entries named
+    their metric and cut-off has them from the registry (the metric reported as `label`)."""
+    if "metric" in m:
+        name, cutoff = str(m["metric"]), m["cutoff"]
+    else:
+        metric = core_metrics.labelled(label, k)
+        name, cutoff = metric.name, metric.cutoff_value(k)
+    return MetricPrediction(
+        label,
+        name,
+        cutoff,
+        float(m["value"]),
+        np.asarray(m["per_query"], np.float64),
+        None if "uncertainty" not in m else interval_from_json(m["uncertainty"], m),
+        None if "curve" not in m else _curve_from_json(m["curve"], "values"),
     )
 
 
 def _curve_from_json(d: dict, key: str = "map") -> Curve:
     """The `Curve` of a `_curve_json` object."""
     sd = d.get("sd_distractor")
+    queries = d.get("ci90_queries")
     return Curve(
         tuple(float(v) for v in d["n"]),
         tuple(float(v) for v in d[key]),
         tuple((float(lo), float(hi)) for lo, hi in d["ci90"]),
         None if sd is None else tuple(float(v) for v in sd),
+        None if queries is None else tuple((float(lo), float(hi)) for lo, hi in queries),
     )
 
 
@@ -351,23 +373,21 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
 
 
 def comparison_json(c: Comparison, a: str = "", b: str = "") -> dict:
-    """Returns the comparison.json object of a `Comparison` of prediction files `a` and `b`."""
+    """Returns the comparison.json object of a `Comparison` of prediction files `a` and `b`:
+    mAP@k's fields at the top (`map_a`, `map_b`, `difference`, ...), every metric's under
+    `metrics`."""
+    ap = c.ap
     out = {
         "n_target": int(c.n_target),
         "k": int(c.k),
-        "map_a": float(c.map_a),
-        "map_b": float(c.map_b),
-        **_paired_json(c),
-    }
-    if c.metrics:
-        out["metrics"] = {
-            label: {
-                "value_a": float(m.map_a),
-                "value_b": float(m.map_b),
-                **_paired_json(m),
-            }
+        "map_a": float(ap.value_a),
+        "map_b": float(ap.value_b),
+        **_paired_json(ap),
+        "metrics": {
+            label: {"value_a": float(m.value_a), "value_b": float(m.value_b), **_paired_json(m)}
             for label, m in c.metrics.items()
-        }
+        },
+    }
     if a or b:
         out["a"], out["b"] = a, b
     return out
@@ -377,7 +397,7 @@ def format_comparison(c: Comparison, a: str = "", b: str = "") -> str:
     """Returns the plain-text table of a comparison: per metric A, B, A - B with its 90% interval
     for these queries, P(A > B), whether that interval excludes 0, and the interval over queries
     like these."""
-    rows = c.metrics or {f"map@{c.k}": c}
+    rows = c.metrics
     names = {label: label.replace("map@", "mAP@", 1) for label in rows}
     w = max(14, *(len(n) + 2 for n in names.values()))
     lines = [f"A - B at N = {c.n_target:,}, k = {c.k}"]
@@ -388,20 +408,20 @@ def format_comparison(c: Comparison, a: str = "", b: str = "") -> str:
         lo, hi = m.ci90
         like = "" if m.ci90_queries is None else "[{:+.4f}, {:+.4f}]".format(*m.ci90_queries)
         lines.append(
-            f"  {names[label]:<{w}}{m.map_a:>8.4f}{m.map_b:>9.4f}{m.difference:>+10.4f}   "
+            f"  {names[label]:<{w}}{m.value_a:>8.4f}{m.value_b:>9.4f}{m.difference:>+10.4f}   "
             f"{f'[{lo:+.4f}, {hi:+.4f}]':<20}{m.p_a_beats_b:>9.3f}  "
             f"{'yes' if m.resolved else 'no':<8}   {like}"
         )
     lines.append("  90% CI: the difference the full evaluations would print on these queries")
     lines.append(
-        f"  mAP@{c.k}: a difference of {c.resolvable_margin:.4f} is the least its 90% interval "
+        f"  mAP@{c.k}: a difference of {c.ap.resolvable_margin:.4f} is the least its 90% interval "
         "would separate from 0"
     )
     return "\n".join(lines)
 
 
-def _paired_json(c: Comparison) -> dict:
-    """Returns the paired difference's fields of a `Comparison` (those every metric has)."""
+def _paired_json(c: Paired) -> dict:
+    """Returns the paired difference's fields of one metric (`Paired`)."""
     return {
         "difference": c.difference,
         "sd": c.sd,
