@@ -138,3 +138,20 @@ def test_demo_compare_validate_and_embed_configs_are_checked(tmp_path, scores_fi
     c.model.source, c.model.checkpoint = "hf_dinov2", str(tmp_path / "w.safetensors")
     with pytest.raises(MissingInput, match=r"^--config.model.checkpoint=.*w.safetensors"):
         embed.run(c, str(tmp_path))
+
+
+def test_metrics_are_selected_by_name_with_commas_or_a_tuple():
+    # The flag parser hands "--config.metrics=a,b" over as the tuple ("a,b",).
+    cfg = predict_config.get_config()
+    for value in (
+        ("map,recall,map_at_r,r_precision",),
+        ("map", "recall", "map_at_r", "r_precision"),
+    ):
+        cfg.metrics = value
+        got = config_lib.predict_settings(cfg)
+        assert got.metrics == ("map", "recall", "map_at_r", "r_precision")
+        labels = [m.label(got.k) for m in got.metric_list()]
+        assert labels == [f"map@{got.k}", f"recall@{got.k}", "map_at_r", "r_precision"]
+    cfg.metrics = ("map,mapr",)
+    with pytest.raises(InputError, match="--config.metrics.*map_at_r"):
+        config_lib.predict_settings(cfg)
