@@ -51,7 +51,7 @@ def one_draw(bench_a, bench_b, fraction, seed, config) -> dict:
         draw = simulate.draw(bench, fraction, 4000, seed=2 * seed + i)
         preds.append(prediction.predict(draw.scores, config, N_POOL))
         truths.append(metrics.map_from_counts(draw.truth_counts, K))
-    full = comparison.compare(*preds)._asdict()
+    full = comparison.compare(*preds).ap._asdict()
     a, b = preds
     plain = comparison.paired(
         a.per_query_ap,
