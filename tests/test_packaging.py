@@ -147,3 +147,72 @@ def test_wheel_ships_configs_inside_tailaware_its_licence_and_command(wheel):
     assert licence == (ROOT / "LICENSE").read_bytes()
     # ILIAS's taxonomy, the ILIAS report's default, with its MIT licence beside it.
     assert shipped == {n: (ROOT / "tailaware" / "io" / n).read_bytes() for n in ILIAS_TAXONOMY}
+
+
+# The `embed` extra: the Flax backbones and what flax brings, which the base install leaves out.
+EMBED_ONLY = ("flax", "chex", "optax", "orbax-checkpoint", "tensorstore", "rich", "treescope")
+BASE_JOBS = ("predict", "ilias", "compare", "validate", "demo", "launch")
+
+
+def _name(requirement: str) -> str:
+    """The distribution name of a PEP 508 requirement, normalised."""
+    name = requirement.split(";")[0].split("[")[0]
+    for sep in "<>=!~ ":
+        name = name.split(sep)[0]
+    return name.strip().lower().replace("_", "-")
+
+
+def test_base_install_leaves_flax_to_the_embed_extra():
+    project = PYPROJECT["project"]
+    base = {_name(r) for r in project["dependencies"]}
+    assert not base & set(EMBED_ONLY), base & set(EMBED_ONLY)
+    assert {_name(r) for r in project["optional-dependencies"]["embed"]} == {"flax", "chex"}
+    # The lock of the base install pins none of them either (nor any other extra's package).
+    pinned = {
+        _name(line)
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
+    assert not pinned & {*EMBED_ONLY, "torch", "faiss-cpu", "tokenizers", "pytest"}, pinned
+
+
+def test_base_jobs_import_no_flax():
+    # Each job in a fresh interpreter, as `tailaware --config=JOB` imports it.
+    code = (
+        "import importlib, sys; importlib.import_module(sys.argv[1]); "
+        "print(' '.join(m for m in ('flax', 'chex', 'optax', 'orbax', 'tensorstore', 'rich', "
+        "'treescope', 'tailaware.models', 'tailaware.embed') if m in sys.modules))"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    modules = ["tailaware", *(f"tailaware.jobs.{job}" for job in BASE_JOBS)]
+    procs = {
+        m: subprocess.Popen(
+            [sys.executable, "-c", code, m], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        )
+        for m in modules
+    }
+    loaded = {m: p.communicate(timeout=120)[0].strip() for m, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), loaded
+    assert loaded == {m: "" for m in modules}
+
+
+def test_embed_job_without_flax_says_which_extra(tmp_path):
+    # flax absent (None in sys.modules: its import fails as if not installed).
+    code = (
+        "import sys; sys.modules['flax'] = None; from tailaware.jobs import launch; "
+        "sys.argv = ['tailaware', '--config=embed', f'--workdir={sys.argv[1]}']; launch.main()"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        "error: --config.job=tailaware.jobs.embed: cannot import it (the embed job needs flax, "
+        'in the embed extra: pip install "tailaware[embed]")'
+    ]

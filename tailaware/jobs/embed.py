@@ -20,13 +20,24 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from tailaware import models
 from tailaware.core import sampling
 from tailaware.data import files, preprocess
-from tailaware.embed import embedder, text
 from tailaware.io import features
 from tailaware.io.errors import MissingInput
 from tailaware.jobs import config as config_lib
+
+# The backbones need the `embed` extra (flax, chex), which the base install leaves out.
+EMBED_EXTRA = ("flax", "chex")
+try:
+    from tailaware import models
+    from tailaware.embed import embedder, text
+except ModuleNotFoundError as e:
+    if e.name not in EMBED_EXTRA:
+        raise
+    raise ModuleNotFoundError(
+        f'the embed job needs {e.name}, in the embed extra: pip install "tailaware[embed]"',
+        name=e.name,
+    ) from e
 
 
 def build_model(mc, embed_cfg=None):
