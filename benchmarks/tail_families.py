@@ -14,7 +14,8 @@ item_intervals`; and the query interval alone).
 
 `--grid sizes` asks the same at other gallery sizes and sample fractions (N = 7.6e5 to 1e9,
 S = 1e4 to 3e7: a GLDv2-sized pool, small samples whose top 4,000 reach deep into the bulk,
-large fractions where the count is nearly right), 13 (N, f) cells per family.
+large fractions where the count is nearly right), 13 (N, f) cells per family; `--grid small`
+at S = 20 to 10,000 of a 200k pool (below the ILIAS job's sample floor).
 
 Commands (about one / three minutes on 2 cores):
   python benchmarks/tail_families.py [--queries 200] [--draws 2] [--seed 0] [--xi_tilt 0]
@@ -59,6 +60,9 @@ GRIDS = {
         (1_000_000_000, 0.001),
         (1_000_000_000, 0.01),
     ],
+    # Small samples of a 200k pool, S = 20 to 10,000: coverage below and at the ILIAS job's
+    # floor (`budget.MIN_SAMPLE`; docs/validation.md, "The smallest sample").
+    "small": [(200_000, f) for f in (0.0001, 0.001, 0.0025, 0.005, 0.01, 0.05)],
 }
 
 

@@ -21,6 +21,9 @@ def get_config(arg=None):
     c.features = ""  # the ILIAS-format feature folder
     c.queries = "image"  # "image" or "text"; evaluated separately, never averaged
     c.sample_fraction = 0.05  # uniform distractor sample (tailaware.core.sampling); 1.0 = exact
+    # Refuse a sample of fewer distractors (sample_fraction x the folder's): below it the
+    # interval's coverage is not established (protocol/budget.MIN_SAMPLE); 0: no floor.
+    c.min_sample = 10_000
     # "auto": jax on accelerators, faiss for JAX on CPU with a GPU for faiss, else host;
     # or "host", "jax", "faiss" (`tailaware/search/backends.choose_backend`).
     c.backend = "auto"

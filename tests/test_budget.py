@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tailaware.core import evaluate, sampling
+from tailaware.io.errors import InputError
 from tailaware.protocol import budget
 from tailaware.sim import simulate
 from tailaware.tail import estimators
@@ -91,3 +92,27 @@ def test_hash_membership():
     curated = ids[:500]
     got = budget.hash_membership(curated, 0.1, 3)
     assert not got["uniform"] and got["share_in_hash_sample"] < 0.2
+
+
+def test_a_sample_below_the_floor_is_refused_naming_the_smallest_fraction():
+    # The case: 0.0001 of a 200k folder samples ~20 distractors.
+    with pytest.raises(InputError) as e:
+        budget.require_sample(0.0001, 200_000)
+    assert str(e.value) == (
+        "--config.sample_fraction=0.0001: samples ~20 of 200,000 distractors; the interval's "
+        f"coverage is established from S = {budget.MIN_SAMPLE:,} sampled distractors on "
+        f"(docs/validation.md); raise it to at least {budget.MIN_SAMPLE / 200_000:g}, or set "
+        "--config.min_sample=0 to predict anyway"
+    )
+    budget.require_sample(budget.MIN_SAMPLE / 200_000, 200_000)  # at the floor: accepted
+    budget.require_sample(1.0, 600)  # exact: no interval, no floor
+    budget.require_sample(0.5, 600, min_sample=0)
+    with pytest.raises(InputError, match=r"samples ~300 of 600 .* use 1\.0 \(exact\), or set"):
+        budget.require_sample(0.5, 600)
+    # The fraction it names reaches the floor, rounded up to two significant digits.
+    for n in (123_457, 300_000, 10_001, 5_000_000_000):
+        with pytest.raises(InputError) as e:
+            budget.require_sample(1e-7, n)
+        least = float(str(e.value).split("at least ")[1].split(",")[0])
+        assert least * n >= budget.MIN_SAMPLE
+        assert (least - 10 ** (np.floor(np.log10(least)) - 1)) * n < budget.MIN_SAMPLE

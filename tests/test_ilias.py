@@ -14,8 +14,9 @@ from tailaware.configs import ilias as ilias_config
 from tailaware.core import sampling
 from tailaware.io import artifact, features, ilias_folder
 from tailaware.io import scores as scores_lib
+from tailaware.io.errors import InputError
 from tailaware.jobs import ilias
-from tailaware.protocol import from_artifact
+from tailaware.protocol import budget, from_artifact
 from tailaware.protocol.settings import PredictSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,6 +106,7 @@ def config(folder, top_m=60, **overrides):
     c.block_size = 64
     c.checkpoint_every_s = 0.0
     c.protocol.nested_replicates = 0  # the protocol has its own tests; keep these quick
+    c.min_sample = 0  # a folder of 600 distractors: no sample reaches the floor
     for key, value in overrides.items():
         setattr(c, key, value)
     return c
@@ -141,6 +143,7 @@ def test_sampled_mode_through_launch(folder, tmp_path):
             "--config=configs/ilias.py",
             f"--config.features={folder}",
             "--config.sample_fraction=0.5",
+            "--config.min_sample=0",
             "--config.evt.top_m=40",
             "--config.block_size=50",
             "--config.protocol.nested_replicates=0",
@@ -211,7 +214,7 @@ from tailaware.configs import ilias as c
 from tailaware.jobs import ilias
 cfg = c.get_config()
 cfg.features, cfg.sample_fraction, cfg.evt.top_m, cfg.block_size = {folder!r}, 0.6, 50, 64
-cfg.protocol.nested_replicates = 0
+cfg.protocol.nested_replicates, cfg.min_sample = 0, 0
 ilias.run(cfg, {work!r})
 """
 
@@ -291,6 +294,15 @@ def test_missing_corrupt_mismatched_and_duplicate_inputs_name_the_file(folder, t
         ValueError, match=r"features_distractors_00001\.hdf5: field 'features'.*NaN"
     ):
         ilias.run(config(nan, sample_fraction=1.0), str(tmp_path / "w5"))
+
+
+def test_a_sample_below_the_floor_is_refused_before_scoring(folder, tmp_path):
+    # The default floor (the config's, which is the protocol's) against 300 of 600 distractors.
+    assert ilias_config.get_config().min_sample == budget.MIN_SAMPLE
+    c = config(folder, sample_fraction=0.5, min_sample=budget.MIN_SAMPLE)
+    with pytest.raises(InputError, match=r"^--config\.sample_fraction=0\.5: samples ~300 of 600 "):
+        ilias.run(c, str(tmp_path))
+    assert not os.path.exists(tmp_path / "sampled_scores.npz")
 
 
 def test_numpy_shards_give_the_same_result(folder, tmp_path):

@@ -191,6 +191,7 @@ def config(folder, k, **overrides):
     c = ilias_config.get_config()
     c.features, c.sample_fraction, c.k = str(folder), 1.0, k
     c.evt.top_m, c.block_size, c.checkpoint_every_s = 60, 128, 0.0
+    c.min_sample = 0  # tiny folders: no sample reaches the floor
     for key, value in overrides.items():
         setattr(c, key, value)
     return c

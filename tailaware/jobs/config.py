@@ -210,6 +210,7 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     existing_folder("features", config.get("features", ""), "an ILIAS-format feature folder")
     check(config, "queries", one_of(queries), f"one of {sorted(queries)}")
     check(config, "sample_fraction", fraction, "a share of the distractors in (0, 1]")
+    check(config, "min_sample", at_least(0), "a number of sampled distractors >= 0 (0: any)")
     check(config, "n_target", at_least(0), "N >= 1, or 0 for the number of distractors")
     check(config, "backend", one_of(("auto", *backends)), f"'auto' or one of {list(backends)}")
     dtypes = ("float16", "bfloat16", "float32")

@@ -24,7 +24,7 @@ from tailaware.core.results import Prediction
 from tailaware.io import atomic, features, ilias_folder, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import config as config_lib
-from tailaware.protocol import ilias_report, prediction, report
+from tailaware.protocol import budget, ilias_report, prediction, report
 from tailaware.search import exact, scoring
 
 
@@ -44,6 +44,7 @@ def run(config, workdir: str) -> Prediction | None:
     ilias_folder.check_distinct(queries.ids, positives.ids)
     slots, relevant = ilias_folder.ground_truth(queries.ids, positives.ids)
     n_distractors = sum(s.num_rows for s in shards)
+    budget.require_sample(float(config.sample_fraction), n_distractors, int(config.min_sample))
     logging.info(
         "%d %s queries, %d positives, %d distractors in %d shards (dim %d)",
         len(queries.ids),

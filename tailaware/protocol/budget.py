@@ -19,12 +19,46 @@ Sub-samples are made by thinning: each sampled distractor is kept independently 
 probability p, which is a uniform sub-sample (binomial, not fixed size) of the uniform sample.
 """
 
+import math
+
 import numpy as np
 from scipy import stats
 
 from tailaware.core import sampling
 from tailaware.core.results import Budget, Drift
+from tailaware.io.errors import InputError
 from tailaware.io.scores import SampledScores, count_above, make_scores
+
+# The smallest sample S whose 90% interval held the truth on dev; below it the interval is not
+# established and a job that draws the sample itself refuses (docs/validation.md, "The
+# smallest sample").
+MIN_SAMPLE = 10_000
+
+
+def require_sample(fraction: float, n_distractors: int, min_sample: int = MIN_SAMPLE) -> None:
+    """Raises the one-line `InputError` naming the smallest fraction that samples `min_sample`
+    distractors when `fraction` of `n_distractors` samples fewer (an exact run, fraction 1,
+    needs no interval and passes).
+
+    Raises:
+      InputError: names `--config.sample_fraction`, the sample it expects, and the fraction
+        that reaches `min_sample` (or that no fraction does: too few distractors).
+    """
+    expected = fraction * n_distractors
+    if fraction >= 1.0 or expected >= min_sample:
+        return
+    flag = f"--config.sample_fraction={fraction:g}"
+    why = (
+        f"samples ~{expected:,.0f} of {n_distractors:,} distractors; the interval's coverage "
+        f"is established from S = {min_sample:,} sampled distractors on (docs/validation.md)"
+    )
+    if n_distractors >= min_sample:
+        least = min_sample / n_distractors  # rounded up to two significant digits
+        scale = 10.0 ** (1 - math.floor(math.log10(least)))
+        need = f"raise it to at least {math.ceil(least * scale - 1e-9) / scale:g}"
+    else:
+        need = "use 1.0 (exact)"
+    raise InputError(f"{flag}: {why}; {need}, or set --config.min_sample=0 to predict anyway")
 
 
 def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:
