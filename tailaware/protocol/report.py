@@ -41,7 +41,7 @@ def write_prediction(p: Prediction, workdir: str, curve: bool = True, correction
     return path
 
 
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 4.0  # a line at least every 5 s while a stage runs
 
 
 @contextlib.contextmanager
