@@ -47,6 +47,7 @@ $(BIN)/python:
 $(STAMP_RUN): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install -q -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip check  # the lock holds every dependency pyproject.toml declares
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(LOCK_DEV) $(LOCK_NO_DEPS) | $(BIN)/python
