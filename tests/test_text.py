@@ -286,3 +286,9 @@ def test_lsa_is_normalised_and_keeps_similar_texts_close():
     sims = z @ z.T
     same = np.kron(np.eye(4), np.ones((5, 5))).astype(bool)
     assert sims[same].mean() > sims[~same].mean() + 0.5
+
+
+def test_lsa_gives_a_text_without_vocabulary_a_unit_row():
+    texts = ["json schema validator", "json schema parser", "yaml schema parser", "zzz"]
+    z = tb.lsa(texts, dim=2, min_df=2)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, rtol=1e-5)

@@ -494,11 +494,17 @@ def tfidf(texts: Sequence[str], min_df: int = 2):
 
 def lsa(texts: Sequence[str], dim: int = LSA_DIM, min_df: int = 2, seed: int = 0) -> np.ndarray:
     """Returns LSA embeddings [n, dim] float32: TF-IDF (`tfidf`), truncated SVD of the sparse
-    matrix (`scipy.sparse.linalg.svds`, deterministic start vector), rows U S L2-normalised."""
+    matrix (`scipy.sparse.linalg.svds`, deterministic start vector), rows U S L2-normalised;
+    a text without a vocabulary word gets a random unit row."""
     from scipy.sparse.linalg import svds
 
     x = tfidf(texts, min_df)
     v0 = np.random.default_rng(seed).standard_normal(min(x.shape))
     u, s, _ = svds(x, k=dim, v0=v0)
     order = np.argsort(-s)
-    return l2_normalize(u[:, order] * s[order])
+    x = u[:, order] * s[order]
+    # A text with no word in the vocabulary has no LSA vector; ILIAS descriptors must be unit
+    # vectors, so it gets a random direction (it then matches nothing, as it should).
+    empty = np.flatnonzero(np.linalg.norm(x, axis=1) == 0)
+    x[empty] = np.random.default_rng(seed).standard_normal((len(empty), dim))
+    return l2_normalize(x)
