@@ -26,7 +26,7 @@ def distractor_sd_at(art: HardnessArtifact, sizes, k: int, names=("map",)) -> np
     for that metric at this k."""
     log_n = np.log(np.asarray(sizes, np.float64))
     out = np.full((len(names), log_n.size), np.nan)
-    if art.distractor_n is None or art.distractor_k != int(k):
+    if art.distractor_n is None or art.distractor_sd is None or art.distractor_k != int(k):
         return out
     for m, name in enumerate(names):
         if name in art.distractor_metrics:

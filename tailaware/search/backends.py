@@ -28,6 +28,7 @@ import functools
 import os
 import threading
 from concurrent import futures
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -254,7 +255,8 @@ class JaxBackend:
         # and CPUs, bfloat16 ones everywhere.
         self.precision = jax.lax.Precision.HIGHEST if self.dtype == jnp.float32 else None
         self._scores = jax.jit(functools.partial(device_topk.dot, precision=self.precision))
-        self.mesh, self.share = mesh, None
+        self.mesh = mesh
+        self.share: float | None = None
         self._step, self._finish = device_topk.sharded(mesh, self.settings, self.precision)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
@@ -382,14 +384,15 @@ class FaissGpu:
     holder per process and GPU (`shared`) serves every backend, `subset` ones included.
     """
 
-    _held: dict = {}
+    # Process-wide on purpose (one holder per GPU for every backend): a class-level cache.
+    _held: ClassVar[dict[tuple[int, int], "FaissGpu"]] = {}
 
     def __init__(self, faiss, device: int = 0):
         self.faiss = faiss
         self.resources = faiss.StandardGpuResources()
         self.config = faiss.GpuIndexFlatConfig()
         self.config.device = device
-        self.indexes = {}  # dims -> GpuIndexFlatIP, emptied and refilled per block
+        self.indexes: dict[int, Any] = {}  # dims -> GpuIndexFlatIP, emptied and refilled per block
 
     @classmethod
     def shared(cls, faiss, device: int = 0) -> "FaissGpu":

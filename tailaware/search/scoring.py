@@ -272,6 +272,7 @@ def _read_ahead(shards, spec, block_size) -> Iterator:
         sample = lambda s: hasher.submit(sampled_rows, s, spec.fraction, spec.seed)
         upcoming = sample(shards[0]) if shards else None
         for i, shard in enumerate(shards):
+            assert upcoming is not None  # submitted for every shard before its turn
             rows = upcoming.result()
             upcoming = sample(shards[i + 1]) if i + 1 < len(shards) else None
 
