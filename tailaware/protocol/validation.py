@@ -23,7 +23,8 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import jax
@@ -244,7 +245,7 @@ class Draw(NamedTuple):
     interval: Interval
     tail_counts: TailCounts
     calibration: dict
-    metrics: dict = {}
+    metrics: Mapping[str, tuple[float, float]] = MappingProxyType({})
 
     def predictions(self) -> dict:
         """Returns every row's prediction: the estimators', then the baselines'."""
