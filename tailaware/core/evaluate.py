@@ -210,7 +210,7 @@ def predicted_values(
 
     The prediction is E[metric@k] under K_j ~ Poisson(n x_j) (`law.query_metrics`), averaged over
     each variant's hardness atoms under each of its weightings; given the `sample` the hardness
-    came from (a `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it
+    came from (a `Sample`: a `SampledScores`, or `Counts`) and n >= S, it
     conditions on the sample's own counts (the gallery contains the sample). Queries with many
     more positives than the rest are evaluated in groups of their own width (`buckets.groups`,
     with `max_share`; 0: never). Each variant's atoms are pruned to each query's heaviest under
