@@ -147,7 +147,9 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     )
     n = 10**7
     provenance = {"scores": "sim", "model": "vit_b16", "pool": "simulated"}
-    want = schema.prediction_json(report.report(scores, settings, n, str(tmp_path), provenance))
+    want = schema.prediction_json(
+        report.report(scores, settings, n, str(tmp_path), metadata=provenance)
+    )
     art = artifact.load(tmp_path / "hardness.npz")
     assert art.metadata["model"] == "vit_b16" and art.metadata["scores"] == "sim"
     # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points), of

@@ -55,7 +55,7 @@ def test_intervals_nest_and_contain_the_point():
     rng = np.random.default_rng(7)
     q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
     nested = (0.52 + 0.01 * rng.standard_normal(200), q_reps[:200])
-    out = intervals.intervals(0.5, q_reps, SETTINGS, nested)
+    out = intervals.intervals(0.5, q_reps, SETTINGS, nested=nested)
     assert out.method == "nested"
     for b in (out.ci90, out.ci95):
         lo, hi = b.queries
@@ -78,8 +78,8 @@ def test_intervals_add_the_threshold_deviation_in_quadrature():
     rng = np.random.default_rng(8)
     q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
     nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
-    plain = intervals.intervals(0.5, q_reps, SETTINGS, nested)
-    out = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02)
+    plain = intervals.intervals(0.5, q_reps, SETTINGS, nested=nested)
+    out = intervals.intervals(0.5, q_reps, SETTINGS, nested=nested, deviation=0.02)
     assert plain.ci90.sampling == out.ci90.sampling
     assert out.sd_model == pytest.approx(SETTINGS.threshold_sd * 0.02)
     for b, z in ((out.ci90, 1.6449), (out.ci95, 1.9600)):
@@ -110,7 +110,7 @@ def test_intervals_stay_inside_the_range_of_the_metric():
     for point in (0.97, 0.03):
         q_reps = point + 0.01 * rng.standard_normal(1000)
         nested = (point + 0.02 * rng.standard_normal(200), q_reps[:200])
-        out = intervals.intervals(point, q_reps, SETTINGS, nested, deviation=0.02)
+        out = intervals.intervals(point, q_reps, SETTINGS, nested=nested, deviation=0.02)
         z = 1.6449
         wide = z * np.hypot(out.sd_model, 0.02)  # the unclipped interval reaches this far
         assert point + wide > 1.0 or point - wide < 0.0
@@ -143,7 +143,7 @@ def test_threshold_term_covers_a_bias_the_bootstrap_cannot_see():
     point = float(aps.mean())
     dev, prior = _deviations(sc, settings, h, 1e6)
     reps = intervals.query_bootstrap(aps, 1000)
-    out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
+    out = intervals.intervals(point, reps, TILT_INTERVALS, deviation=dev, prior_deviation=prior)
     lo, hi = out.ci90.sampling
     assert not lo <= truth <= hi, (lo, truth, hi)
     lo, hi = out.ci90.queries
@@ -169,10 +169,10 @@ def test_prior_term_covers_a_bias_the_threshold_term_misses():
         assert point < truth - 0.02  # the bias
         dev, prior = _deviations(sc, settings, h, 1e8)
         reps = intervals.query_bootstrap(aps, 1000)
-        out = intervals.intervals(point, reps, TILT_INTERVALS, None, dev, None, prior)
+        out = intervals.intervals(point, reps, TILT_INTERVALS, deviation=dev, prior_deviation=prior)
         lo, hi = out.ci90.queries
         assert lo <= truth <= hi, (seed, lo, truth, hi)
-        only = intervals.intervals(point, reps, TILT_INTERVALS, None, dev)
+        only = intervals.intervals(point, reps, TILT_INTERVALS, deviation=dev)
         lo, hi = only.ci90.queries
         missed.append(not lo <= truth <= hi)
     assert any(missed)  # seed 1 (truth 0.353, the threshold-only interval ends at 0.349)

@@ -13,13 +13,16 @@ unchanged program.
 Shapes: Q queries, P positive slots; a group holds Q_g queries in W_g <= P slots.
 """
 
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tailaware.core import law
+from tailaware.core.metrics import Array
 
 # The narrowest group: queries with up to this many positives share one.
 MIN_WIDTH = 16
@@ -39,7 +42,7 @@ class Group(NamedTuple):
     cols: jax.Array
 
 
-def groups(mask, max_share: float = MAX_SHARE) -> tuple[Group, ...] | None:
+def groups(mask: ArrayLike, max_share: float = MAX_SHARE) -> tuple[Group, ...] | None:
     """Returns the groups of queries of the [Q, P] positives `mask`, or None for one group.
 
     A query with n positives goes to the group of width min(P, max(MIN_WIDTH, 2^ceil(log2 n))).
@@ -61,14 +64,19 @@ def groups(mask, max_share: float = MAX_SHARE) -> tuple[Group, ...] | None:
     return tuple(out)
 
 
-def take(a, group: Group):
+def take(a: ArrayLike, group: Group) -> jax.Array:
     """Returns the group's part [Q_g, W_g, ...] of a [Q, P, ...] array."""
     a = jnp.asarray(a)[group.rows]
     idx = group.cols.reshape(group.cols.shape + (1,) * (a.ndim - 2))
     return jnp.take_along_axis(a, idx, axis=1)
 
 
-def apply(fn, grouping, slots=(), rows=()):
+def apply(
+    fn: Callable[..., jax.Array],
+    grouping: tuple[Group, ...] | None,
+    slots: Sequence[Array | None] = (),
+    rows: Sequence[Array | None] = (),
+) -> jax.Array:
     """Returns fn(*slots, *rows) [..., Q], computed group by group.
 
     `slots` are [Q, P, ...] arrays (or None, passed through), cut to each group's positives;
@@ -87,15 +95,42 @@ def apply(fn, grouping, slots=(), rows=()):
     return jnp.zeros(out.shape[:-1] + (index.shape[0],), out.dtype).at[..., index].set(out)
 
 
-def expected_map(x, mask, n, k: int, *, fixed, weights, counts, n_sample, table, grouping=None):
+def expected_map(
+    x: jax.Array,
+    mask: jax.Array,
+    n: law.Scalar,
+    k: int,
+    *,
+    fixed: jax.Array,
+    weights: jax.Array | None,
+    counts: jax.Array,
+    n_sample: law.Scalar,
+    table: jax.Array,
+    grouping: tuple[Group, ...] | None = None,
+) -> jax.Array:
     """Returns `law.expected_map`'s per-query E[AP@k] [Q], computed group by group (`apply`).
 
     Arguments as in `law.expected_map` (`fixed` and `counts` [Q, P] arrays, `weights` [Q, A] or
     None).
     """
 
-    def fn(x_g, mask_g, fixed_g, counts_g, w_g):
-        kw = dict(fixed=fixed_g, weights=w_g, counts=counts_g, n_sample=n_sample, table=table)
-        return law.expected_map(x_g, mask_g, n, k, **kw)[1]
+    def fn(
+        x_g: jax.Array,
+        mask_g: jax.Array,
+        fixed_g: jax.Array,
+        counts_g: jax.Array,
+        w_g: jax.Array | None,
+    ) -> jax.Array:
+        return law.expected_map(
+            x_g,
+            mask_g,
+            n,
+            k,
+            fixed=fixed_g,
+            weights=w_g,
+            counts=counts_g,
+            n_sample=n_sample,
+            table=table,
+        )[1]
 
     return apply(fn, grouping, (x, mask, fixed, counts), (weights,))

@@ -13,11 +13,12 @@ Shapes: Q queries, P positive slots, A atoms, G gallery sizes, M metrics, V view
 """
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core import buckets, law, metrics
 from tailaware.core.results import Hardness
@@ -29,7 +30,7 @@ ATOM_TOLERANCE = 1e-7
 ATOM_COUNTS = (4, 8, 12, 16, 24)
 
 
-def kept_atoms(weights, tolerance: float = ATOM_TOLERANCE) -> tuple[np.ndarray, float]:
+def kept_atoms(weights: ArrayLike, tolerance: float = ATOM_TOLERANCE) -> tuple[np.ndarray, float]:
     """Returns (cols [Q, A'] ascending, the dropped mass): each query's A' heaviest atoms.
 
     `weights` [Q, A] or [T, Q, A] weigh the same atoms T ways; a query's atoms rank by their
@@ -52,7 +53,9 @@ def kept_atoms(weights, tolerance: float = ATOM_TOLERANCE) -> tuple[np.ndarray, 
     return np.sort(order[:, :keep], axis=-1), float(beyond[keep])
 
 
-def prune_atoms(atoms, weights, tolerance: float = ATOM_TOLERANCE):
+def prune_atoms(
+    atoms: np.ndarray, weights: np.ndarray, tolerance: float = ATOM_TOLERANCE
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Returns (atoms [Q, P, A'], weights [..., Q, A'], the dropped mass): each query's A' heaviest
     (`kept_atoms`).
 
@@ -84,26 +87,50 @@ def variant(hardness: Hardness, priors: bool = False) -> Variant:
     under its other priors on the tail shape (`Hardness.prior_weights`) too."""
     if hardness.atoms is None:
         return Variant(hardness.x[..., None], np.ones((1, *hardness.x.shape[:1], 1)))
+    if hardness.weights is None:
+        raise ValueError("a hardness posterior's atoms come with their weights")
     others = () if not priors or hardness.prior_weights is None else tuple(hardness.prior_weights)
     return Variant(hardness.atoms, np.stack([hardness.weights, *others]))
 
 
+class Sample(Protocol):
+    """What a prediction conditions on: the sample's counts above each positive and its size
+    (a `tailaware.io.scores.SampledScores`)."""
+
+    @property
+    def pos_counts(self) -> np.ndarray:
+        """[Q, P] sampled distractors above each positive."""
+        ...
+
+    @property
+    def n_sample(self) -> int:
+        """S, the sampled distractors."""
+        ...
+
+
+class Counts(NamedTuple):
+    """A `Sample` from stored counts alone (a hardness artifact's)."""
+
+    pos_counts: np.ndarray
+    n_sample: int
+
+
 def traced_values(
-    atoms,
-    weights,
-    mask,
-    sizes,
-    views,
+    atoms: jax.Array,
+    weights: jax.Array,
+    mask: jax.Array,
+    sizes: jax.Array,
+    views: jax.Array | None,
     *,
-    k,
-    metric_list,
-    gains,
-    tables,
-    fixed,
-    counts,
-    n_sample,
-    grouping,
-):
+    k: int,
+    metric_list: tuple[metrics.Metric, ...],
+    gains: tuple[str, ...],
+    tables: jax.Array,
+    fixed: jax.Array,
+    counts: jax.Array,
+    n_sample: jax.Array,
+    grouping: tuple[buckets.Group, ...] | None,
+) -> tuple[jax.Array, jax.Array | None]:
     """Returns (E[metric] [W, G, M, Q], in the views at sizes[0] [W, V, M, Q] or None), traced.
 
     `atoms` [Q, P, A] and their weightings [W, Q, A]; `mask`, `fixed`, `counts` [Q, P]; `sizes`
@@ -111,18 +138,31 @@ def traced_values(
     `buckets.groups(mask)`. The body of `predicted_values`, for jitted callers (the nested
     bootstrap).
     """
-    kw = dict(metric_list=metric_list, gains=gains, tables=tables)
 
-    def at(n, x, mask_g, fixed_g, counts_g, views_g):
+    def at(
+        n: jax.Array,
+        x: jax.Array,
+        mask_g: jax.Array,
+        fixed_g: jax.Array,
+        counts_g: jax.Array,
+        views_g: jax.Array | None,
+    ) -> jax.Array:
         n_c, fixed_c = law.conditioned(n, fixed_g, mask_g, counts_g, n_sample)
-        one = lambda a, m, f, v: law.query_metrics(a, m, n_c, k, fixed=f, views=v, **kw)
+
+        def one(a: jax.Array, m: jax.Array, f: jax.Array, v: jax.Array | None) -> jax.Array:
+            return law.query_metrics(
+                a, m, n_c, k, metric_list=metric_list, gains=gains, tables=tables, fixed=f, views=v
+            )
+
         v_in = None if views_g is None else jnp.moveaxis(views_g, 2, 0)  # [V, Q_g, W_g]
         return jax.vmap(one, in_axes=(0, 0, 0, None if v_in is None else 1))(
             x, mask_g, fixed_c, v_in
         )  # [Q_g, V, M]
 
-    def one_atom(x):  # [Q, P]
-        def curve(x_g, mask_g, fixed_g, counts_g):
+    def one_atom(x: jax.Array) -> tuple[jax.Array, jax.Array | None]:  # x [Q, P]
+        def curve(
+            x_g: jax.Array, mask_g: jax.Array, fixed_g: jax.Array, counts_g: jax.Array
+        ) -> jax.Array:
             got = jax.vmap(lambda n: at(n, x_g, mask_g, fixed_g, counts_g, None))(sizes)
             return jnp.moveaxis(got[:, :, 0, :], 1, 2)  # [G, M, Q_g]
 
@@ -131,14 +171,23 @@ def traced_values(
         if views is None:
             return out, None
 
-        def in_views(x_g, mask_g, fixed_g, counts_g, views_g):
+        def in_views(
+            x_g: jax.Array,
+            mask_g: jax.Array,
+            fixed_g: jax.Array,
+            counts_g: jax.Array,
+            views_g: jax.Array,
+        ) -> jax.Array:
             return jnp.transpose(at(sizes[0], x_g, mask_g, fixed_g, counts_g, views_g), (1, 2, 0))
 
         return out, buckets.apply(in_views, grouping, (*slots, jnp.moveaxis(views, 0, 2)))
 
     per_atom, per_atom_views = jax.lax.map(one_atom, jnp.moveaxis(atoms, 2, 0))  # [A, ...]
-    contract = lambda v: jnp.einsum("a...q,wqa->w...q", v, weights)
-    return contract(per_atom), None if views is None else contract(per_atom_views)
+
+    def contract(v: jax.Array) -> jax.Array:
+        return jnp.einsum("a...q,wqa->w...q", v, weights)
+
+    return contract(per_atom), None if per_atom_views is None else contract(per_atom_views)
 
 
 _values = jax.jit(traced_values, static_argnames=("k", "metric_list", "gains"))
@@ -147,10 +196,10 @@ _values = jax.jit(traced_values, static_argnames=("k", "metric_list", "gains"))
 def predicted_values(
     variants: Sequence[Variant],
     mask: np.ndarray,
-    sizes,
+    sizes: ArrayLike,
     k: int,
     fixed: np.ndarray,
-    sample=None,
+    sample: Sample | None = None,
     *,
     metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
     views: np.ndarray | None = None,
@@ -161,7 +210,7 @@ def predicted_values(
 
     The prediction is E[metric@k] under K_j ~ Poisson(n x_j) (`law.query_metrics`), averaged over
     each variant's hardness atoms under each of its weightings; given the `sample` the hardness
-    came from (a `SampledScores`, or anything with `pos_counts` and `n_sample`) and n >= S, it
+    came from (a `Sample`: a `SampledScores`, or `Counts`) and n >= S, it
     conditions on the sample's own counts (the gallery contains the sample). Queries with many
     more positives than the rest are evaluated in groups of their own width (`buckets.groups`,
     with `max_share`; 0: never). Each variant's atoms are pruned to each query's heaviest under
@@ -214,16 +263,17 @@ def predicted_values(
         grouping=buckets.groups(mask, max_share),
     )
     values, in_views = jax.device_get(got)
-    as64 = lambda a: None if a is None else np.asarray(a, np.float64)
-    return as64(values), as64(in_views)
+    return np.asarray(values, np.float64), (
+        None if in_views is None else np.asarray(in_views, np.float64)
+    )
 
 
 def per_query_aps(
     hardness: Hardness,
-    sizes,
+    sizes: ArrayLike,
     k: int,
     fixed: np.ndarray,
-    sample=None,
+    sample: Sample | None = None,
     *,
     priors: bool = False,
     max_share: float = buckets.MAX_SHARE,
@@ -244,6 +294,8 @@ def per_query_aps(
     return values[:, :, 0, :]
 
 
-def per_query_ap(hardness: Hardness, n: float, k: int, fixed: np.ndarray, sample=None):
+def per_query_ap(
+    hardness: Hardness, n: float, k: int, fixed: np.ndarray, sample: Sample | None = None
+) -> np.ndarray:
     """Returns the predicted AP@k [Q] of every query at gallery size `n` (`per_query_aps`)."""
-    return per_query_aps(hardness, [n], k, fixed, sample)[0, 0]
+    return np.asarray(per_query_aps(hardness, [n], k, fixed, sample)[0, 0])

@@ -22,23 +22,31 @@ Shapes: Q queries, P positive slots per query (padded; `mask` marks real ones).
 """
 
 import functools
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, xlog1py, xlogy
+from jax.typing import ArrayLike, DTypeLike
 from scipy import special
 
 from tailaware.core import metrics
 
 Truncation = Literal["hard", "smooth"]
+# A positive's log pmf of K at counts m [k]: (m, x_j) -> [k].
+LogPmf: TypeAlias = Callable[[jax.Array, jax.Array], jax.Array]
+# A number, or a traced scalar (a gallery size or a cut-off under `jit` / `vmap` / `grad`).
+Scalar: TypeAlias = float | jax.Array
+# `_table_rows`'s (row i, fraction, inside), each shaped like the Poisson means.
+Rows: TypeAlias = tuple[jax.Array, jax.Array, jax.Array]
 
 
-def _truncate(r, k, truncation, tau):
+def _truncate(r: jax.Array, k: Scalar, truncation: Truncation, tau: Scalar) -> jax.Array:
     if truncation == "hard":
         # Guards float rounding only: r = j + N (K/N) must count when j + K = k exactly.
-        eps = jnp.finfo(r.dtype).eps
+        eps = jnp.finfo(r.dtype).eps  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
         return (r <= k * (1.0 + 8.0 * eps)).astype(r.dtype)
     if truncation == "smooth":
         # A logistic step centred half a rank past k: integer ranks <= k weigh ~1 when tau << 1.
@@ -46,7 +54,16 @@ def _truncate(r, k, truncation, tau):
     raise ValueError(f"truncation must be 'hard' or 'smooth', got {truncation!r}")
 
 
-def ap_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
+def ap_at_k(
+    x: ArrayLike,
+    mask: ArrayLike,
+    n: Scalar,
+    k: Scalar,
+    fixed: ArrayLike | None = None,
+    *,
+    truncation: Truncation = "hard",
+    tau: Scalar = 1.0,
+) -> jax.Array:
     """Returns AP@k of one query under the expected-rank map (paper Eq. for R_k).
 
     Args:
@@ -64,22 +81,36 @@ def ap_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1
     Returns:
       Scalar AP@k; 0 for a query without positives.
     """
-    xs, fs, valid, j = _by_rank(jnp.asarray(x), mask, n, fixed)
+    xs, fs, valid, j = _by_rank(jnp.asarray(x), jnp.asarray(mask), n, fixed)
     r = j + fs + n * xs
     r_safe = jnp.where(valid, r, 1.0)
     w = _truncate(r_safe, k, truncation, tau)
     return _mean_precision(jnp.where(valid, w * j / r_safe, 0.0), valid, k)
 
 
-def map_at_k(x, mask, n, k, fixed=None, *, truncation: Truncation = "hard", tau=1.0):
+def map_at_k(
+    x: jax.Array,
+    mask: ArrayLike,
+    n: Scalar,
+    k: Scalar,
+    fixed: ArrayLike | None = None,
+    *,
+    truncation: Truncation = "hard",
+    tau: Scalar = 1.0,
+) -> tuple[jax.Array, jax.Array]:
     """Returns (mAP@k, per-query AP@k [Q]) for hardness x [Q, P] at gallery size n."""
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
-    one = lambda xi, mi, fi: ap_at_k(xi, mi, n, k, fi, truncation=truncation, tau=tau)
+
+    def one(xi: jax.Array, mi: ArrayLike, fi: jax.Array) -> jax.Array:
+        return ap_at_k(xi, mi, n, k, fi, truncation=truncation, tau=tau)
+
     aps = jax.vmap(one)(x, mask, fixed)
     return jnp.mean(aps), aps
 
 
-def realized_ap_at_k(counts, mask, k, fixed=None):
+def realized_ap_at_k(
+    counts: ArrayLike, mask: ArrayLike, k: Scalar, fixed: ArrayLike | None = None
+) -> jax.Array:
     """Returns the exact AP@k [Q] of a gallery from realized counts K [Q, P] (ranks j + F + K)."""
     counts = jnp.asarray(counts)
     ones = jnp.ones((), counts.dtype) if jnp.issubdtype(counts.dtype, jnp.floating) else 1.0
@@ -87,7 +118,15 @@ def realized_ap_at_k(counts, mask, k, fixed=None):
     return map_at_k(x, mask, 1.0, k, fixed)[1]
 
 
-def _expected_ap_under(log_pmf_fn, x, mask, n, k, *, fixed):
+def _expected_ap_under(
+    log_pmf_fn: LogPmf,
+    x: jax.Array,
+    mask: jax.Array,
+    n: Scalar,
+    k: int,
+    *,
+    fixed: ArrayLike | None,
+) -> jax.Array:
     """E[AP@k] for one query when each K_j has log pmf `log_pmf_fn(m, x_j)`, m = 0..k-1.
 
     AP is a sum over positives, so its expectation needs only each K_j's marginal law: positive
@@ -102,7 +141,9 @@ def _expected_ap_under(log_pmf_fn, x, mask, n, k, *, fixed):
     return _mean_precision(jnp.where(valid, jnp.sum(term, axis=1), 0.0), valid, k)
 
 
-def _by_rank(x, mask, n, fixed):
+def _by_rank(
+    x: jax.Array, mask: jax.Array, n: Scalar, fixed: ArrayLike | None
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns (x, F, valid, j) [P] ordered by F + n x, padding last; j the 1-based rank."""
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
     order = jnp.argsort(jnp.where(mask, fixed + n * x, jnp.inf), stable=True)
@@ -110,13 +151,13 @@ def _by_rank(x, mask, n, fixed):
     return xs, fs, valid, jnp.cumsum(valid).astype(x.dtype)
 
 
-def _mean_precision(per_pos, valid, k):
+def _mean_precision(per_pos: jax.Array, valid: jax.Array, k: Scalar) -> jax.Array:
     """Returns sum_j per_pos_j / min(k, n_pos): AP@k from each positive's precision term."""
     n_pos = jnp.sum(valid).astype(per_pos.dtype)
     return jnp.sum(per_pos) / jnp.maximum(jnp.minimum(k, n_pos), 1.0)
 
 
-def binomial_log_pmf(m, n, x):
+def binomial_log_pmf(m: jax.Array, n: Scalar, x: jax.Array) -> jax.Array:
     """log P(K = m) for K ~ Binomial(n, x); stable for n up to 1e9 and x down to 0."""
     # log C(n, m) = m log n + sum_{i<m} log1p(-i/n) - log m!, avoiding lgamma(n) cancellation.
     i = jnp.arange(m.shape[0], dtype=m.dtype)
@@ -126,29 +167,35 @@ def binomial_log_pmf(m, n, x):
     return jnp.where(m <= n, out, -jnp.inf)
 
 
-def poisson_log_pmf(m, lam):
+def poisson_log_pmf(m: ArrayLike, lam: ArrayLike) -> jax.Array:
     """log P(K = m) for K ~ Poisson(lam)."""
     return xlogy(m, lam) - lam - gammaln(m + 1.0)
 
 
-def expected_ap_binomial(x, mask, n, k, fixed=None):
+def expected_ap_binomial(
+    x: jax.Array, mask: jax.Array, n: Scalar, k: int, fixed: ArrayLike | None = None
+) -> jax.Array:
     """Returns the exact E[AP@k] of one query under K_j ~ Binomial(n, x_j) (k static)."""
     log_pmf = lambda m, xj: binomial_log_pmf(m, n, xj)
     return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
-def expected_ap_poisson(x, mask, n, k, fixed=None):
+def expected_ap_poisson(
+    x: jax.Array, mask: jax.Array, n: Scalar, k: int, fixed: ArrayLike | None = None
+) -> jax.Array:
     """Returns E[AP@k] of one query under the rare-event limit K_j ~ Poisson(n x_j) (k static)."""
     log_pmf = lambda m, xj: poisson_log_pmf(m, n * xj)
     return _expected_ap_under(log_pmf, x, mask, n, k, fixed=fixed)
 
 
-def top1_survival(x, n, exact: bool = False):
+def top1_survival(x: jax.Array, n: Scalar, exact: bool = False) -> jax.Array:
     """Returns P(no distractor outranks a positive of hardness x): exp(-n x), or (1 - x)^n."""
     return jnp.exp(xlog1py(n, -x)) if exact else jnp.exp(-n * x)
 
 
-def top1_accuracy(x, mask, n, fixed=None):
+def top1_accuracy(
+    x: ArrayLike, mask: ArrayLike, n: Scalar, fixed: ArrayLike | None = None
+) -> jax.Array:
     """Returns P(the first retrieved item is a positive) for one query, in the Poisson form.
 
     Every item above the best positive is above all others too, so the query scores a hit
@@ -156,6 +203,7 @@ def top1_accuracy(x, mask, n, fixed=None):
     distractor (probability exp(-N x_1)).
     """
     x = jnp.asarray(x)
+    mask = jnp.asarray(mask)
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
     best = jnp.argmin(jnp.where(mask, fixed + n * x, jnp.inf))
     hit = mask[best] & (fixed[best] == 0)
@@ -205,7 +253,9 @@ def gain_table(k: int, gain: str = "inverse") -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def rank_tables(k: int, gains: tuple[str, ...] = ("inverse",), dtype=jnp.float32) -> jax.Array:
+def rank_tables(
+    k: int, gains: tuple[str, ...] = ("inverse",), dtype: DTypeLike = jnp.float32
+) -> jax.Array:
     """Returns the `gain_table`s of `gains` for jitted callers: [L, k, G, 2], rows i and i + 1
     paired.
 
@@ -225,7 +275,7 @@ def table_lambdas(k: int) -> np.ndarray:
     return np.geomspace(LAMBDA_MIN, _lambda_max(k), TABLE_POINTS)
 
 
-def _table_rows(lam, k: int):
+def _table_rows(lam: jax.Array, k: int) -> Rows:
     """Returns (row i, fraction, inside) locating Poisson means `lam` on the tables' grid (linear
     in log lambda); `inside` is False beyond the grid's top, where every entry is 0."""
     lo, hi = np.log(LAMBDA_MIN), np.log(_lambda_max(k))
@@ -236,7 +286,7 @@ def _table_rows(lam, k: int):
     return i, t - i.astype(t.dtype), lam <= _lambda_max(k)
 
 
-def _lookup(a, rows, k: int, tables):
+def _lookup(a: jax.Array, rows: Rows, k: int, tables: jax.Array) -> jax.Array:
     """Returns E[1{a + K <= k} g(a + K)] [..., G] for every gain of `tables` (`rank_tables`).
 
     `a` holds integer-valued ranks >= 1; a > k gives 0; `rows` = `_table_rows(lam, k)`, lam below
@@ -249,13 +299,13 @@ def _lookup(a, rows, k: int, tables):
     return jnp.where(((a <= k) & inside)[..., None], h, 0.0)
 
 
-def table_gains(metric_list) -> tuple[str, ...]:
+def table_gains(metric_list: Iterable[metrics.Metric]) -> tuple[str, ...]:
     """Returns the gains of the metrics cut at the global k, each once, in order: the gains
     `rank_tables` holds for them (a per-query cut-off needs no table)."""
     return tuple(dict.fromkeys(m.gain for m in metric_list if m.cutoff.per_query is None))
 
 
-def _poisson_sum(a, lam, cut, gain):
+def _poisson_sum(a: jax.Array, lam: jax.Array, cut: ArrayLike, gain: str) -> jax.Array:
     """Returns E[1{a + K <= c} g(a + K)] [P], K ~ Poisson(lam) [P], at a cut-off c <= P.
 
     The direct sum over K = 0..P-1 (P = a's length): with a >= 1 and c <= P no larger K counts.
@@ -266,7 +316,17 @@ def _poisson_sum(a, lam, cut, gain):
     return jnp.sum(jnp.where(r <= cut, pmf * metrics.GAINS[gain](r), 0.0), axis=1)
 
 
-def expected_terms(a, lam, n_pos, k: int, *, keys, gains, rows, tables):
+def expected_terms(
+    a: jax.Array,
+    lam: jax.Array,
+    n_pos: jax.Array,
+    k: int,
+    *,
+    keys: Sequence[tuple[str, metrics.Cutoff]],
+    gains: Sequence[str],
+    rows: Rows | None,
+    tables: jax.Array,
+) -> jax.Array:
     """Returns E[1{a + K <= c} g(a + K)] [P, T] for each (gain, `Cutoff`) of `keys` [T].
 
     The one path every metric's expectation takes. At the global k (c = k) the term is read from
@@ -279,17 +339,30 @@ def expected_terms(a, lam, n_pos, k: int, *, keys, gains, rows, tables):
       n_pos: the query's positives R (>= 1); k: the global cut-off (static).
       keys: the (gain, cut-off) pairs (static); gains: the tables' gains, in their order.
     """
-    h = _lookup(a, rows, k, tables) if gains else None  # [P, G]
-    cols = [
-        h[:, gains.index(gain)]
-        if cutoff.per_query is None
-        else _poisson_sum(a, lam, cutoff.per_query(n_pos), gain)
-        for gain, cutoff in keys
-    ]
+    h = None if rows is None else _lookup(a, rows, k, tables)  # [P, G]
+    cols = []
+    for gain, cutoff in keys:
+        if cutoff.per_query is not None:
+            cols.append(_poisson_sum(a, lam, cutoff.per_query(n_pos), gain))
+        elif h is None:
+            raise ValueError("a metric cut at the global k needs the tables' `rows`")
+        else:
+            cols.append(h[:, gains.index(gain)])
     return jnp.stack(cols, axis=-1)
 
 
-def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None, views=None):
+def query_metrics(
+    x: jax.Array,
+    mask: jax.Array,
+    n: Scalar,
+    k: int,
+    *,
+    metric_list: Sequence[metrics.Metric],
+    gains: Sequence[str],
+    tables: jax.Array,
+    fixed: ArrayLike | None = None,
+    views: jax.Array | None = None,
+) -> jax.Array:
     """Returns E[metric] [V, M] of one query with hardness x [P] (one atom), K_j ~ Poisson(n x_j).
 
     Each metric is a sum over the positives (`core.metrics.Metric`), so its expectation needs
@@ -315,7 +388,7 @@ def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None,
     views = valid[None] if views is None else views[:, order] & valid[None]
     keys = tuple(dict.fromkeys((m.gain, m.cutoff) for m in metric_list))
 
-    def one_view(v):
+    def one_view(v: jax.Array) -> jax.Array:
         j = jnp.cumsum(v).astype(x.dtype)
         n_pos = jnp.sum(v).astype(x.dtype)
         r_pos = jnp.maximum(n_pos, 1.0)
@@ -332,7 +405,16 @@ def query_metrics(x, mask, n, k: int, *, metric_list, gains, tables, fixed=None,
     return jax.vmap(one_view)(views)
 
 
-def expected_ap(x, mask, n, k: int, *, fixed=None, weights=None, table=None):
+def expected_ap(
+    x: ArrayLike,
+    mask: jax.Array,
+    n: Scalar,
+    k: int,
+    *,
+    fixed: ArrayLike | None = None,
+    weights: jax.Array | None = None,
+    table: jax.Array | None = None,
+) -> jax.Array:
     """Returns E[AP@k] of one query, K_j ~ Poisson(n x_j), averaged over hardness atoms
     (`query_metrics` for mAP).
 
@@ -357,12 +439,19 @@ def expected_ap(x, mask, n, k: int, *, fixed=None, weights=None, table=None):
     atoms = x if x.ndim == 2 else x[:, None]
     w = jnp.full(atoms.shape[1], 1.0 / atoms.shape[1], atoms.dtype) if weights is None else weights
     table = rank_tables(int(k), ("inverse",), atoms.dtype) if table is None else table
-    kw = dict(metric_list=(metrics.METRICS["map"],), gains=("inverse",), tables=table, fixed=fixed)
-    one = lambda xa: query_metrics(xa, mask, n, k, **kw)[0, 0]
+    mean_ap = (metrics.METRICS["map"],)
+
+    def one(xa: jax.Array) -> jax.Array:
+        return query_metrics(
+            xa, mask, n, k, metric_list=mean_ap, gains=("inverse",), tables=table, fixed=fixed
+        )[0, 0]
+
     return jnp.sum(jax.vmap(one, in_axes=1)(atoms) * w)
 
 
-def conditioned(n, fixed, mask, counts, n_sample):
+def conditioned(
+    n: Scalar, fixed: jax.Array, mask: jax.Array, counts: ArrayLike, n_sample: Scalar
+) -> tuple[jax.Array, jax.Array]:
     """Returns (n', fixed') conditioning on the sample's own counts: in a gallery that contains
     the sample (n >= S), K_j = c_j + Poisson((n - S) x_j), so the counts join the fixed items and
     n - S distractors remain; below S (a sub-gallery) K_j ~ Poisson(n x_j), unchanged."""
@@ -372,8 +461,17 @@ def conditioned(n, fixed, mask, counts, n_sample):
 
 
 def expected_map(
-    x, mask, n, k: int, *, fixed=None, weights=None, counts=None, n_sample=None, table=None
-):
+    x: jax.Array,
+    mask: jax.Array,
+    n: Scalar,
+    k: int,
+    *,
+    fixed: ArrayLike | None = None,
+    weights: jax.Array | None = None,
+    counts: ArrayLike | None = None,
+    n_sample: Scalar | None = None,
+    table: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Returns (mean E[AP@k], per-query E[AP@k] [Q]) for x [Q, P] or atoms [Q, P, A], w [Q, A].
 
     With the sample's own counts (`counts` [Q, P] of `n_sample` = S sampled distractors) the
@@ -383,11 +481,12 @@ def expected_map(
     dtype = jnp.result_type(x)
     fixed = jnp.zeros(mask.shape, dtype) if fixed is None else jnp.asarray(fixed, dtype)
     if counts is not None:
+        if n_sample is None:
+            raise ValueError("conditioning on the sample's counts needs its size n_sample")
         n, fixed = conditioned(n, fixed, mask, counts, n_sample)
-    if weights is None:
-        one = lambda a, b, c: expected_ap(a, b, n, k, fixed=c, table=table)
-        aps = jax.vmap(one)(x, mask, fixed)
-    else:
-        one = lambda a, b, c, w: expected_ap(a, b, n, k, fixed=c, weights=w, table=table)
-        aps = jax.vmap(one)(x, mask, fixed, weights)
+
+    def one(a: jax.Array, b: jax.Array, c: jax.Array, w: jax.Array | None) -> jax.Array:
+        return expected_ap(a, b, n, k, fixed=c, weights=w, table=table)
+
+    aps = jax.vmap(one)(x, mask, fixed, weights)
     return jnp.mean(aps), aps

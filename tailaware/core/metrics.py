@@ -41,36 +41,67 @@ greater (positives win ties). Metrics are fractions in [0, 1]; ILIAS reports per
 Shapes: Q queries, P positive slots (padded, `mask`), D database items.
 """
 
-from collections.abc import Callable
-from typing import NamedTuple
+import types
+from typing import NamedTuple, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
+
+# A numpy or a jax.numpy array: the kernels below run on either (`_xp` picks the module).
+Array: TypeAlias = np.ndarray | jax.Array
 
 
-def _xp(*arrays):
+class Gain(Protocol):
+    """A metric's rank function: g(r) [...] of ranks r [...] (float, >= 1)."""
+
+    def __call__(self, r: Array, /) -> Array: ...
+
+
+class Weight(Protocol):
+    """A metric's weight of each positive from its rank j [P] among the positives (float,
+    1-based): weight(j) [P]."""
+
+    def __call__(self, j: Array, /) -> Array: ...
+
+
+class Norm(Protocol):
+    """A metric's normaliser from each query's positives R [...] (float, >= 1) and the global
+    cut-off k: norm(R, k) [...], > 0."""
+
+    def __call__(self, n_pos: Array, k: int, /) -> Array: ...
+
+
+class PerQueryCutoff(Protocol):
+    """A per-query cut-off from each query's positives R [...] (float, >= 1): c(R) [...],
+    integer-valued in [1, R]."""
+
+    def __call__(self, n_pos: Array, /) -> Array: ...
+
+
+def _xp(*arrays: object) -> types.ModuleType:
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
 
 
-def _ones(r):
+def _ones(r: Array) -> Array:
     return r * 0.0 + 1.0
 
 
-def _inverse(r):
+def _inverse(r: Array) -> Array:
     return 1.0 / r
 
 
-def _dcg(r):
+def _dcg(r: Array) -> Array:
     return 1.0 / _xp(r).log2(1.0 + r)
 
 
 # The rank functions a metric's gain can be: the law keeps one term E[1{a + K <= c} g(a + K)] per
 # (gain, cut-off) (`law.expected_terms`), shared by every metric with that pair.
-GAINS: dict[str, Callable] = {"inverse": _inverse, "one": _ones, "dcg": _dcg}
+GAINS: dict[str, Gain] = {"inverse": _inverse, "one": _ones, "dcg": _dcg}
 
 
-def _ideal_dcg(n_pos, k):
+def _ideal_dcg(n_pos: Array, k: int) -> Array:
     """Returns sum_{i <= min(k, n_pos)} 1 / log2(1 + i), elementwise (numpy or jax.numpy)."""
     xp = _xp(n_pos)
     i = xp.arange(1, int(k) + 1, dtype=n_pos.dtype)
@@ -83,13 +114,14 @@ class Cutoff(NamedTuple):
 
     Attributes:
       name: "k" for the global cut-off; else how labels name it ("R", "1").
-      per_query: None for the global k; else R [...] (each query's positives, float, >= 1) ->
-        its cut-off, integer-valued in [1, R] (numpy or jax): the law sums each positive's
-        Poisson counts up to the query's width, so a cut-off past R would be cut short.
+      per_query: None for the global k; else (`PerQueryCutoff`) R [...] (each query's
+        positives, float, >= 1) -> its cut-off, integer-valued in [1, R] (numpy or jax): the
+        law sums each positive's Poisson counts up to the query's width, so a cut-off past R
+        would be cut short.
     """
 
     name: str
-    per_query: Callable | None = None
+    per_query: PerQueryCutoff | None = None
 
 
 AT_K = Cutoff("k")
@@ -103,16 +135,17 @@ class Metric(NamedTuple):
     Attributes:
       name: its registry key ("map", "recall", ...), the name `--config.metrics` takes.
       gain: a key of `GAINS`, the rank function.
-      weight: j [P] (float, 1-based rank among the positives) -> [P] weights; numpy or jax.
-      norm: (R [...], k) -> the normaliser, > 0 for R >= 1; numpy or jax.
+      weight: j [P] (float, 1-based rank among the positives) -> [P] weights (`Weight`);
+        numpy or jax.
+      norm: (R [...], k) -> the normaliser, > 0 for R >= 1 (`Norm`); numpy or jax.
       description: one line for docs and outputs.
       cutoff: the global k (`AT_K`) or a per-query `Cutoff` (`AT_R`, `AT_1`, or one's own).
     """
 
     name: str
     gain: str
-    weight: Callable
-    norm: Callable
+    weight: Weight
+    norm: Norm
     description: str
     cutoff: Cutoff = AT_K
 
@@ -125,22 +158,22 @@ class Metric(NamedTuple):
         """Returns its cut-off as outputs record it: k, or the per-query cut-off's name."""
         return int(k) if self.cutoff.per_query is None else self.cutoff.name
 
-    def cut(self, n_pos, k):
+    def cut(self, n_pos: Array, k: int) -> Array:
         """Returns each query's cut-off for R = `n_pos` [...] (float) positives: k or c(R)."""
         if self.cutoff.per_query is None:
             return n_pos * 0.0 + k
         return self.cutoff.per_query(n_pos)
 
 
-def _first(j):
+def _first(j: Array) -> Array:
     return _xp(j).where(j == 1, 1.0, 0.0)
 
 
-def _positives(n, k):
+def _positives(n: Array, k: int) -> Array:
     return n * 1.0
 
 
-def _one(n, k):
+def _one(n: Array, k: int) -> Array:
     return n * 0.0 + 1.0
 
 
@@ -184,7 +217,7 @@ def labelled(label: str, k: int) -> Metric:
     raise ValueError(f"no registered metric is reported as {label!r} at k = {k}")
 
 
-def value_from_ranks(metric: Metric, ranks, valid, k):
+def value_from_ranks(metric: Metric, ranks: Array, valid: Array, k: int) -> Array:
     """Returns the metric [Q] from the positives' ranks [Q, P] in rank order (`ranks_from_counts`;
     `valid` [Q, P] marks real positives) at the global cut-off `k` (or the metric's own per-query
     one), numpy or jax.numpy; 0 for a query without positives."""
@@ -200,13 +233,13 @@ def value_from_ranks(metric: Metric, ranks, valid, k):
     return terms.sum(axis=1) / norm
 
 
-def value_from_counts(metric: Metric, counts, mask, k):
+def value_from_counts(metric: Metric, counts: Array, mask: Array, k: int) -> Array:
     """Returns the metric [Q] from the number of non-relevant items strictly above each positive
     [Q, P] (`mask` marks real positives)."""
     return value_from_ranks(metric, *ranks_from_counts(counts, mask), k)
 
 
-def ap_at_k_from_counts(counts, mask, k):
+def ap_at_k_from_counts(counts: Array, mask: Array, k: int) -> Array:
     """Returns AP@k [Q] from the number of non-relevant items strictly above each positive.
 
     Args:
@@ -217,7 +250,7 @@ def ap_at_k_from_counts(counts, mask, k):
     return value_from_counts(METRICS["map"], counts, mask, k)
 
 
-def map_from_counts(counts, k, fixed=None) -> float:
+def map_from_counts(counts: ArrayLike, k: int, fixed: ArrayLike | None = None) -> float:
     """Returns the exact mAP@k of a gallery from the items above each positive [Q, P] (-1 at
     padding), plus `fixed` [Q, P] always-indexed non-relevant items above each, when given."""
     counts = np.asarray(counts)
@@ -226,7 +259,7 @@ def map_from_counts(counts, k, fixed=None) -> float:
     return float(ap_at_k_from_counts(total, mask, k).mean())
 
 
-def ranks_from_counts(counts, mask):
+def ranks_from_counts(counts: Array, mask: Array) -> tuple[Array, Array]:
     """Returns (ranks, valid) [Q, P]: the realized ranks j + c_(j) of each query's positives.
 
     Positives are sorted by their count of non-relevant items above (= by descending score);
@@ -241,7 +274,7 @@ def ranks_from_counts(counts, mask):
     return j + c, valid
 
 
-def counts_from_scores(scores, relevant, pos_scores, pos_mask):
+def counts_from_scores(scores: Array, relevant: Array, pos_scores: Array, pos_mask: Array) -> Array:
     """Returns the non-relevant items strictly above each positive [Q, P].
 
     Args:
@@ -256,7 +289,7 @@ def counts_from_scores(scores, relevant, pos_scores, pos_mask):
     return xp.where(pos_mask, above, -1)
 
 
-def positives_from_dense(scores, relevant):
+def positives_from_dense(scores: Array, relevant: Array) -> tuple[Array, Array]:
     """Returns (pos_scores [Q, P], pos_mask [Q, P]) gathered from a dense score matrix."""
     xp = _xp(scores, relevant)
     p = int(relevant.sum(axis=1).max())
@@ -266,7 +299,7 @@ def positives_from_dense(scores, relevant):
     return xp.where(mask, pos, xp.nan), mask
 
 
-def ilias_map_at_k(scores, relevant, k=1000):
+def ilias_map_at_k(scores: Array, relevant: Array, k: int = 1000) -> tuple[Array, Array]:
     """Returns (mAP@k, AP@k [Q]) from dense scores [Q, D] and ground truth [Q, D] (our tie rule)."""
     pos, mask = positives_from_dense(scores, relevant)
     xp = _xp(scores)
@@ -275,7 +308,7 @@ def ilias_map_at_k(scores, relevant, k=1000):
     return aps.mean(), aps
 
 
-def gldv2_map_at_k(ranked_relevant, n_gt, k=100):
+def gldv2_map_at_k(ranked_relevant: Array, n_gt: Array, k: int = 100) -> tuple[Array, Array]:
     """Returns (mAP@k, AP [Q]) as the official GLDv2 retrieval metric defines it.
 
     Args:

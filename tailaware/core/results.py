@@ -15,11 +15,14 @@ Shapes: Q queries, P positive slots (padded; `mask`), A atoms of a hardness post
 threshold reruns, T other priors.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, SupportsFloat
 
 import numpy as np
+
+if TYPE_CHECKING:  # only for annotations: results stays importable without the metrics' jax
+    from tailaware.core.metrics import Metric
 
 
 class TailFit(NamedTuple):
@@ -77,7 +80,7 @@ class TailFit(NamedTuple):
     prior_mean: np.ndarray | None = None
     prior_sd: np.ndarray | None = None
 
-    def items(self):
+    def items(self) -> Iterator[tuple[str, np.ndarray]]:
         """Yields (name, [Q] array) of the fields that are set."""
         return ((k, v) for k, v in self._asdict().items() if v is not None)
 
@@ -106,7 +109,7 @@ class Hardness(NamedTuple):
     fit: TailFit | None = None
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
-    reruns: tuple = ()
+    reruns: tuple["Hardness", ...] = ()
     prior_weights: np.ndarray | None = None
 
 
@@ -208,7 +211,15 @@ class MetricPrediction(NamedTuple):
     curve: Curve | None = None
 
     @classmethod
-    def of(cls, metric, k: int, value, per_query, interval=None, curve=None):
+    def of(
+        cls,
+        metric: "Metric",
+        k: int,
+        value: SupportsFloat,
+        per_query: np.ndarray,
+        interval: Interval | None = None,
+        curve: Curve | None = None,
+    ) -> "MetricPrediction":
         """Returns the entry of `metric` (a `core.metrics.Metric`) at the global cut-off `k`."""
         label, cutoff = metric.label(k), metric.cutoff_value(k)
         return cls(label, metric.name, cutoff, float(value), per_query, interval, curve)
@@ -356,7 +367,7 @@ class Prediction(NamedTuple):
     baselines: Mapping[str, float] = MappingProxyType({})
     diagnostics: Diagnostics | None = None
     report: Report | None = None
-    artifact: tuple[str, dict] | None = None
+    artifact: tuple[str, dict[str, Any]] | None = None
     queries: str | None = None
 
     @property

@@ -33,7 +33,7 @@ FAMILY_NORM = {
     "openclip": "clip",
     "siglip": "siglip",
 }
-_RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR}
+_RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Preprocess:
           image: a PIL image, encoded bytes, or a uint8 [H, W, 3] array.
         """
         image = to_pil(image)
-        x = np.asarray(self.resize(image), np.float32) / 255.0
+        x: np.ndarray = np.asarray(self.resize(image), np.float32) / 255.0
         mean, std = NORMS[self.norm]
         x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
         p = self.patch_size

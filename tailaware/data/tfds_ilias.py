@@ -16,6 +16,7 @@ Configs: `images` (splits `image_queries`, `positives`; features `id`, `image`) 
 """
 
 import os
+from typing import ClassVar
 
 import tensorflow_datasets as tfds
 
@@ -28,9 +29,9 @@ class IliasCore(tfds.core.GeneratorBasedBuilder):
     """ILIAS core: 1,232 image queries, 4,715 positives, 1,000 text queries."""
 
     VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    RELEASE_NOTES: ClassVar[dict[str, str]] = {"1.0.0": "Initial release."}
     MANUAL_DOWNLOAD_INSTRUCTIONS = _MANUAL
-    BUILDER_CONFIGS = [
+    BUILDER_CONFIGS: ClassVar[list[tfds.core.BuilderConfig]] = [
         tfds.core.BuilderConfig(name="images", description="Image queries and positives."),
         tfds.core.BuilderConfig(name="text", description="Text queries."),
     ]

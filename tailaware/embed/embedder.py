@@ -90,7 +90,9 @@ class Embedder:
             return (k, image_id), pixels, grid
 
         prepared = _bounded_map(prepare, enumerate(examples), self.workers, 4 * self.batch_size)
-        out_ids, out_feats, pending = [], [], None
+        out_ids: list[tuple[int, str]] = []
+        out_feats: list[np.ndarray] = []
+        pending = None
         for batch in preprocess.batches(prepared, self.pre, self.batch_size):
             result = (batch.ids, self.embed_batch(batch))
             if pending is not None:
@@ -124,7 +126,7 @@ class Embedder:
 def _bounded_map(fn: Callable, items: Iterable, workers: int, buffer: int) -> Iterator:
     """Yields `map(fn, items)`, computed on a thread pool, in order, at most `buffer` in flight."""
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-        queue = collections.deque()
+        queue: collections.deque[concurrent.futures.Future] = collections.deque()
         for item in items:
             queue.append(pool.submit(fn, item))
             if len(queue) >= buffer:

@@ -44,6 +44,7 @@ the problem.
 import dataclasses
 import json
 import os
+from typing import NoReturn
 
 import numpy as np
 
@@ -55,7 +56,14 @@ from tailaware.io.scores import SampledScores, check_ids
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
 _SD_METRICS = "distractor_metrics"
-OPTIONAL = ("query_ids", "pos_counts", "atoms", "weights", "rerun_atoms", "rerun_weights")
+OPTIONAL: tuple[str, ...] = (
+    "query_ids",
+    "pos_counts",
+    "atoms",
+    "weights",
+    "rerun_atoms",
+    "rerun_weights",
+)
 OPTIONAL += ("prior_weights", *_SD_FIELDS, _SD_METRICS)
 # The fit fields of `TailFit` (the rest are optional): `fit_<name>` comes all or none.
 _FIT_REQUIRED = tuple(f for f in TailFit._fields if f not in TailFit._field_defaults)
@@ -89,8 +97,8 @@ class HardnessArtifact:
     def hardness(self) -> Hardness:
         """The artifact as a `Hardness`, with its reruns (their `tail_priced` is
         the estimate's: which positives a rerun's tail priced is not stored)."""
-        reruns = ()
-        if self.rerun_atoms is not None:
+        reruns: tuple[Hardness, ...] = ()
+        if self.rerun_atoms is not None and self.rerun_weights is not None:
             reruns = tuple(
                 Hardness(
                     x=np.einsum("qpa,qa->qp", a, w),
@@ -223,7 +231,7 @@ def load(path: str | os.PathLike) -> HardnessArtifact:
 
 
 def _validate(fields: dict, src: str) -> HardnessArtifact:
-    def fail(field, msg):
+    def fail(field: str, msg: str) -> NoReturn:
         raise errors.field_error(src, field, msg)
 
     for name in REQUIRED:

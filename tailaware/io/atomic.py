@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.io import errors, version
 
@@ -87,10 +88,12 @@ def write_json(path: str | os.PathLike, obj: Any, *, stamp: bool = True) -> None
         f.write("\n")
 
 
-def write_npz(path: str | os.PathLike, **arrays: np.ndarray) -> None:
+def write_npz(path: str | os.PathLike, **arrays: ArrayLike) -> None:
     """Writes an uncompressed `.npz`, atomically (the name keeps its `.npz` suffix)."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+        # numpy's stub lets `**arrays` reach savez's `allow_pickle: bool` (numpy >= 2.1); no
+        # array is named so, and numpy 1.26 has no such parameter to pass explicitly.
+        np.savez(f, **arrays)  # type: ignore[arg-type]
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:

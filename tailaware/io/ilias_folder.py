@@ -96,7 +96,7 @@ def distractor_shards(folder: str, dim: int, expected: int = 0) -> list[Shard]:
     """
     if not os.path.isdir(folder):
         raise errors.MissingInput(f"{folder}: no such folder; expected an ILIAS-format folder")
-    found = {}
+    found: dict[int, str] = {}
     for path in sorted(glob.glob(os.path.join(folder, "features_distractors_*"))):
         match = _SHARD_RE.search(os.path.basename(path))
         if match:
@@ -319,7 +319,8 @@ def read_positive_info(path: str | os.PathLike) -> dict[str, tuple[float, int]]:
         raise errors.InputError(
             f"{path}: line {lines[0][0]}: {width} fields; expected id,scale,clutter or an id"
         )
-    info, first = {}, {}
+    info: dict[str, tuple[float, int]] = {}
+    first: dict[str, int] = {}
     for n, line in lines:
         fields = [v.strip() for v in line.split(",")]
         where = f"{path}: line {n}"
@@ -377,7 +378,8 @@ def read_taxonomy(path: str | os.PathLike) -> dict[str, tuple[str, str]]:
             tree = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise errors.InputError(f"{path}: not a JSON file ({e})") from e
-    out, where = {}, {}
+    out: dict[str, tuple[str, str]] = {}
+    where: dict[str, str] = {}
     for c, subs in _children(path, "", tree, "category -> subcategory -> ..."):
         for sc, subsubs in _children(path, c, subs, "subcategory -> sub-subcategory -> ..."):
             for ssc, names in _children(path, f"{c}.{sc}", subsubs, "sub-subcategory -> [...]"):

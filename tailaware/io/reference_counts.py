@@ -17,14 +17,14 @@ positive slots, the same N and k, else an `InputError` naming the file and the f
 """
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 
 from tailaware.io import atomic, errors
 from tailaware.io.scores import SampledScores, check_ids
 
-FIELDS = ("counts", "query_ids", "positive_ids", "n_distractors", "k")
+FIELDS: tuple[str, ...] = ("counts", "query_ids", "positive_ids", "n_distractors", "k")
 FIELDS += ("metric_names", "metric_values")
 WHAT = "a reference-counts .npz file (docs/outputs.md)"
 
@@ -106,7 +106,7 @@ def check(ref: ReferenceCounts, scores: SampledScores, *, k: int, source: str) -
       InputError: naming `source` and the first field that does not match.
     """
 
-    def fail(field, msg):
+    def fail(field: str, msg: str) -> NoReturn:
         raise errors.field_error(source, field, msg)
 
     if scores.query_ids is None:
@@ -125,7 +125,7 @@ def check(ref: ReferenceCounts, scores: SampledScores, *, k: int, source: str) -
 
 
 def _validate(fields: dict, src: str) -> ReferenceCounts:
-    def fail(field, msg):
+    def fail(field: str, msg: str) -> NoReturn:
         raise errors.field_error(src, field, msg)
 
     for name in FIELDS:

@@ -33,6 +33,7 @@ error.
 
 import dataclasses
 import os
+from typing import Literal, NoReturn
 
 import numpy as np
 
@@ -182,7 +183,7 @@ def count_above(tail: np.ndarray, pos: np.ndarray, strict: bool = True) -> np.nd
     """
     neg = -np.asarray(tail)  # ascending, +inf padded
     key = np.where(np.isnan(pos), np.inf, -np.asarray(pos))
-    side = "left" if strict else "right"
+    side: Literal["left", "right"] = "left" if strict else "right"
     out = np.empty(key.shape, np.int64)
     for q in range(neg.shape[0]):
         out[q] = np.searchsorted(neg[q], key[q], side=side)
@@ -190,7 +191,7 @@ def count_above(tail: np.ndarray, pos: np.ndarray, strict: bool = True) -> np.nd
 
 
 def _validate(fields: dict, src: str) -> SampledScores:
-    def fail(field, msg):
+    def fail(field: str, msg: str) -> NoReturn:
         raise errors.field_error(src, field, msg)
 
     for name in ("tail_scores", "pos_scores", "pos_counts", "n_sample"):
@@ -286,7 +287,14 @@ def _validate(fields: dict, src: str) -> SampledScores:
     return SampledScores(tail, pos, counts, s, fixed, query_ids, reconciled, tail_ids)
 
 
-FIELDS = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
+FIELDS: tuple[str, ...] = (
+    "tail_scores",
+    "pos_scores",
+    "pos_counts",
+    "n_sample",
+    "fixed_counts",
+    "query_ids",
+)
 FIELDS += ("tail_ids",)
 
 

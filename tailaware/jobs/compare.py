@@ -53,6 +53,6 @@ def run(config, workdir: str) -> None:
     path = os.path.join(workdir, "comparison.json")
     atomic.write_json(path, schema.comparison_json(out, a, b))
     print(schema.format_comparison(out, a, b))
-    curves = tuple(p.curve for p in preds)
+    curves = (preds[0].curve, preds[1].curve)
     plots.comparison(os.path.join(workdir, "comparison.png"), out, curves)
     logging.info("wrote %s and comparison.png", path)

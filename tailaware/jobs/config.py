@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 from tailaware.core import metrics as core_metrics
 from tailaware.io.errors import InputError, MissingInput
@@ -42,7 +43,7 @@ def fail(flag: str, expected: str, got=None) -> InputError:
     )
 
 
-def check(config, flag: str, ok: Callable[[object], bool], expected: str):
+def check(config, flag: str, ok: Callable[[Any], bool], expected: str):
     """Returns the config's value at the dotted `flag` (e.g. "demo.sample_fraction") when
     `ok(value)`, else raises the `InputError` naming the flag and `expected`."""
     value = config
@@ -57,7 +58,7 @@ def check(config, flag: str, ok: Callable[[object], bool], expected: str):
     return value
 
 
-def at_least(low: float) -> Callable[[object], bool]:
+def at_least(low: float) -> Callable[[Any], bool]:
     """Returns a check: an int (a float where `low` is one) >= low."""
     kinds = (int, float) if isinstance(low, float) else (int,)
     return lambda v: isinstance(v, kinds) and not isinstance(v, bool) and v >= low
@@ -68,7 +69,7 @@ def fraction(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and 0.0 < v <= 1.0
 
 
-def one_of(choices) -> Callable[[object], bool]:
+def one_of(choices) -> Callable[[Any], bool]:
     """Returns a check: one of `choices`."""
     return lambda v: v in choices
 

@@ -12,6 +12,7 @@ descriptors; `write_features` stores them as float16 (the ILIAS format).
 Shapes: `B` batch (a multiple of the local device count), `E` descriptor size.
 """
 
+import functools
 import glob
 import os
 from collections.abc import Callable, Iterator
@@ -71,13 +72,13 @@ def work_units(ec) -> list[tuple[str, Callable[[], Iterator]]]:
         fraction, seed = ec.sample_fraction, ec.sample_seed
         keep = lambda i: bool(sampling.in_sample([i], fraction, seed)[0])
     if ec.input == "ilias_core":
-        out = []
+        out: list[tuple[str, Callable[[], Iterator]]] = []
         for name, ids_file in (
             (features.IMAGE_QUERIES, "image_query_ids.txt"),
             (features.POSITIVES, "positive_ids.txt"),
         ):
             ids = files.read_id_list(os.path.join(ec.folder, ids_file))
-            out.append((name, lambda ids=ids: files.iter_files(ec.folder, ids)))
+            out.append((name, functools.partial(files.iter_files, ec.folder, ids)))
         return out
     if ec.input == "folder":
         return [(ec.output or "features_images.hdf5", lambda: files.iter_files(ec.folder))]

@@ -105,9 +105,9 @@ def run(config, workdir: str) -> Prediction | None:
     if config.sample_fraction == 1.0:
         if n_target != n_distractors:
             logging.warning("exact mode evaluates the %d distractors present", n_distractors)
-        spec = report_spec(config, queries.ids, positives.ids, slots)
+        groups = report_spec(config, queries.ids, positives.ids, slots)
         result = prediction.exact(
-            scores, settings.k, n_distractors, settings.metric_list(), report=spec
+            scores, settings.k, n_distractors, settings.metric_list(), report=groups
         )._replace(queries=config.queries)
         lists = exact.ranked_lists(state, all_scores, relevant, positives.ids, shards, k=settings.k)
         lists["query_ids"] = [str(i) for i in queries.ids]
@@ -133,10 +133,17 @@ def run(config, workdir: str) -> Prediction | None:
             "queries": config.queries,
             **config_lib.metadata(config),
         }
-        spec = report_spec(config, queries.ids, positives.ids, slots)
+        groups = report_spec(config, queries.ids, positives.ids, slots)
         ref = config_lib.reference_inputs(config, scores, settings, n_target)
         result = report.report(
-            scores, settings, n_target, workdir, provenance, config.queries, spec, ref=ref
+            scores,
+            settings,
+            n_target,
+            workdir,
+            metadata=provenance,
+            queries=config.queries,
+            spec=groups,
+            ref=ref,
         )
     # The checkpoints resume an interrupted run; once its results are written they are only
     # disk (tens of MB a process). An interrupted run never gets here and keeps them.

@@ -25,6 +25,7 @@ import os
 import re
 import runpy
 import sys
+from typing import NoReturn
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -116,7 +117,7 @@ def _traceback_wanted(argv=None) -> bool:
     return verbosity >= 1
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     """Ends the process with `message` as one line on stderr and exit status 1."""
     sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
     sys.exit(1)

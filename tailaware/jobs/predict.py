@@ -25,7 +25,7 @@ def run(config, workdir: str) -> None:
         metadata = {"scores": config.scores, **config_lib.metadata(config)}
         scores = load_scores(config.scores)
         ref = config_lib.reference_inputs(config, scores, settings, n_target)
-        report.report(scores, settings, n_target, workdir, metadata, ref=ref)
+        report.report(scores, settings, n_target, workdir, metadata=metadata, ref=ref)
         return
     art = artifact.load(config.artifact)
     p = from_artifact.predict(art, settings, n_target, str(config.artifact))

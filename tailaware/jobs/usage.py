@@ -134,8 +134,10 @@ def field_comments(path: str) -> dict[str, str]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign) or not (name := _dotted(node.targets[0])):
             continue
-        text = comments.get(node.end_lineno, "") if node.end_lineno not in alone else ""
-        above, line = [], node.lineno - 1
+        end = node.end_lineno or node.lineno  # always set by `ast.parse`
+        text = comments.get(end, "") if end not in alone else ""
+        above: list[str] = []
+        line = node.lineno - 1
         while not text and line in alone:
             above.insert(0, comments[line])
             line -= 1

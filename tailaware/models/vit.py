@@ -96,7 +96,7 @@ def vit_spec(family: str, variant: str, pos_grid: int, proj_dim: int = 0, **over
     if size not in SIZES:
         raise ValueError(f"unknown ViT size {size!r}; known: {sorted(SIZES)}")
     width, depth, mlp_dim, heads = SIZES[size]
-    fields = dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=heads)
+    fields: dict[str, Any] = dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=heads)
     fields.update(FAMILIES[family])
     fields.update(overrides)
     return ViTSpec(patch_size=int(patch), pos_grid=pos_grid, proj_dim=proj_dim, **fields)

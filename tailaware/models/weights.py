@@ -376,7 +376,8 @@ def open_clip_vit(s: vit.ViTSpec) -> Table:
     return Table(rules, roots=("visual.", ""))
 
 
-TABLES = {
+# Each takes the `vit.ViTSpec` (or, for a text tower, `vit.TextSpec`) its table is for.
+TABLES: dict[str, Callable[..., Table]] = {
     "hf_dinov2": hf_dinov2,
     "hf_clip": hf_clip,
     "hf_siglip": hf_siglip,

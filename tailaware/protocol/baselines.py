@@ -24,7 +24,7 @@ def at_sample_ap(scores: SampledScores, k: int) -> np.ndarray:
     """Returns the exact AP@k [Q] of the sampled gallery itself (evaluate-at-S)."""
     mask = scores.mask
     counts = np.where(mask, scores.pos_counts + scores.fixed_counts, -1)
-    return metrics.ap_at_k_from_counts(counts, mask, k)
+    return np.asarray(metrics.ap_at_k_from_counts(counts, mask, k))  # numpy in, numpy out
 
 
 def at_sample_map(scores: SampledScores, k: int) -> float:

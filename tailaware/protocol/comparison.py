@@ -66,17 +66,22 @@ def paired(
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
     sd_m = intervals.sd_model(deviation, prior_deviation, settings)
     sd = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_m**2))
-    out = {"difference": point, "sd": sd, "sd_queries": float(np.hypot(np.std(reps, ddof=1), sd))}
+    bounds: dict[str, tuple[float, float]] = {}
     for level in intervals.LEVELS:
         z = float(stats.norm.ppf(0.5 + level / 2.0))
         tag = f"ci{int(round(level * 100))}"
-        out[tag] = intervals.in_range(point - z * sd, point + z * sd, low=-1.0)
+        bounds[tag] = intervals.in_range(point - z * sd, point + z * sd, low=-1.0)
         by_queries = intervals.percentile_interval(reps, level)
-        out[f"{tag}_queries"] = intervals.widened(point, by_queries, z * sd, low=-1.0)
-    out["p_a_beats_b"] = float(stats.norm.cdf(point / sd)) if sd > 0 else float(point > 0)
-    out["resolvable_margin"] = float(stats.norm.ppf(0.95) * sd)
-    out["resolved"] = bool(out["ci90"][0] > 0 or out["ci90"][1] < 0)
-    return out
+        bounds[f"{tag}_queries"] = intervals.widened(point, by_queries, z * sd, low=-1.0)
+    return {
+        "difference": point,
+        "sd": sd,
+        "sd_queries": float(np.hypot(np.std(reps, ddof=1), sd)),
+        **bounds,
+        "p_a_beats_b": float(stats.norm.cdf(point / sd)) if sd > 0 else float(point > 0),
+        "resolvable_margin": float(stats.norm.ppf(0.95) * sd),
+        "resolved": bool(bounds["ci90"][0] > 0 or bounds["ci90"][1] < 0),
+    }
 
 
 def paired_deviation(a: MetricPrediction, b: MetricPrediction, field: str = "threshold_maps"):

@@ -102,7 +102,8 @@ def gallery_aps(counts, fixed, k: int, m=0) -> np.ndarray:
     (-1 at padding), `fixed` [Q, P] the always-indexed non-relevant items above each."""
     counts = np.asarray(counts)
     mask = counts >= 0
-    return metrics.ap_at_k_from_counts(np.where(mask, cut_counts(counts, m) + fixed, -1), mask, k)
+    total = np.where(mask, cut_counts(counts, m) + fixed, -1)
+    return np.asarray(metrics.ap_at_k_from_counts(total, mask, k))  # numpy in, numpy out
 
 
 def gallery_gaps(counts, fixed, k: int, cuts=CUTS) -> tuple:

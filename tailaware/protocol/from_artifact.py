@@ -26,7 +26,7 @@ def distractor_sd_at(art: HardnessArtifact, sizes, k: int, names=("map",)) -> np
     for that metric at this k."""
     log_n = np.log(np.asarray(sizes, np.float64))
     out = np.full((len(names), log_n.size), np.nan)
-    if art.distractor_n is None or art.distractor_k != int(k):
+    if art.distractor_n is None or art.distractor_sd is None or art.distractor_k != int(k):
         return out
     for m, name in enumerate(names):
         if name in art.distractor_metrics:
@@ -45,7 +45,7 @@ def at_sizes(
     """
     sizes = np.atleast_1d(np.asarray(sizes, np.float64))
     k, opts = settings.k, settings.protocol
-    sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
+    sample = None if art.pos_counts is None else evaluate.Counts(art.pos_counts, art.n_sample)
     every, rows = prediction.variants(art.hardness)
     values, _ = evaluate.predicted_values(every, art.mask, sizes, k, art.fixed_counts, sample)
     means = values[:, :, 0].mean(axis=-1)  # [W, G]
@@ -88,7 +88,7 @@ def predict(
     metric_list = settings.metric_list()
     grid = np.geomspace(*CURVE_RANGE, int(settings.protocol.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    sample = None if art.pos_counts is None else art  # it has pos_counts and n_sample
+    sample = None if art.pos_counts is None else evaluate.Counts(art.pos_counts, art.n_sample)
     every, rows = prediction.variants(art.hardness)
     values, _ = evaluate.predicted_values(
         every, art.mask, sizes, k, art.fixed_counts, sample, metric_list=metric_list

@@ -219,13 +219,15 @@ def _group_values(slot_ids, mask, positive_info):
 
 def _category_items(instances, known, taxonomy) -> list[Item]:
     """The categories then the subcategories (in the taxonomy's order) of the known queries."""
-    queries_of = {}  # instance -> its number of queries
+    queries_of: dict[str, int] = {}  # instance -> its number of queries
     for i in instances[known].tolist():
         queries_of[i] = queries_of.get(i, 0) + 1
     per_query = np.asarray([queries_of.get(i, 0) for i in instances.tolist()], np.float64)
     items = []
     for section, which in (("categories", 0), ("subcategories", 1)):
-        members = {}  # key -> its instances with queries, in the taxonomy's order
+        members: dict[
+            str, list[str]
+        ] = {}  # key -> its instances with queries, in the taxonomy's order
         for instance, names in taxonomy.items():
             if instance in queries_of:
                 members.setdefault(names[which], []).append(instance)

@@ -100,10 +100,11 @@ def intervals(
     point: float,
     query_reps: np.ndarray,
     settings: IntervalSettings,
+    *,
     nested: tuple[np.ndarray, np.ndarray] | None = None,
-    deviation=0.0,
+    deviation: float = 0.0,
     sd_distractor: float | None = None,
-    prior_deviation=0.0,
+    prior_deviation: float = 0.0,
 ) -> Interval:
     """Returns the reported `Interval` at one gallery size: two intervals per level.
 
@@ -225,6 +226,14 @@ def item_intervals(
         nest = None if nested is None else (nested[0][i], nested[1][i])
         sd = None if sd_distractor is None or np.isnan(sd_distractor[i]) else sd_distractor[i]
         reps = query_reps[i][np.isfinite(query_reps[i])]  # a draw without the item's queries
-        unc = intervals(float(point), reps, settings, nest, dev[i], sd, dev_prior[i])
+        unc = intervals(
+            float(point),
+            reps,
+            settings,
+            nested=nest,
+            deviation=dev[i],
+            sd_distractor=sd,
+            prior_deviation=dev_prior[i],
+        )
         out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
     return out

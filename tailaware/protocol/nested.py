@@ -289,7 +289,7 @@ def nested_bootstrap(
     keys = jax.random.split(jax.random.key(seed), total)
     pad = size * parts - total  # rows evaluated and dropped
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
-    rows = jnp.asarray(np.concatenate([rows, np.repeat(rows[-1:], pad)]))
+    padded = jnp.asarray(np.concatenate([rows, np.repeat(rows[-1:], pad)]))
     run = functools.partial(
         _nested,
         cores=cores,
@@ -305,7 +305,7 @@ def nested_bootstrap(
         batch_size=int(max(1, min(batch_size, size))),
         num_atoms=int(num_atoms or 1 << 30),
     )
-    part = lambda i: (keys[i * size : (i + 1) * size], rows[i * size : (i + 1) * size])
+    part = lambda i: (keys[i * size : (i + 1) * size], padded[i * size : (i + 1) * size])
     with futures.ThreadPoolExecutor(parts) as pool:
         done = list(pool.map(lambda i: jax.device_get(run(*part(i))), range(parts)))
     got = [np.concatenate(p) for p in zip(*done, strict=True)]

@@ -23,14 +23,20 @@ def _spans(mid, lo, hi) -> np.ndarray:
 
 
 def prediction_curve(path: str | os.PathLike, p: Prediction) -> None:
-    """Writes a PNG of the predicted mAP@k curve with its 90% band and the target point."""
-    curve = p.curve
+    """Writes a PNG of the predicted mAP@k curve with its 90% band and the target point.
+
+    Raises:
+      ValueError: `p` has no curve or no interval (an exact evaluation).
+    """
+    curve, interval = p.curve, p.interval
+    if curve is None or interval is None:
+        raise ValueError("a prediction without a curve and an interval has no curve to plot")
     band = np.asarray(curve.ci90)
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     ax.fill_between(curve.n, band[:, 0], band[:, 1], alpha=0.25, label="90% band")
     ax.plot(curve.n, curve.values, "-", label=f"{p.estimator} (predicted)")
-    lo, hi = p.interval.ci90.reported
+    lo, hi = interval.ci90.reported
     err = _spans([p.map], [lo], [hi])
     ax.errorbar([p.n_target], [p.map], err, fmt="ko", capsize=3, label="target N")
     ax.axvline(p.n_sample, color="grey", ls=":", label="sample size S")
@@ -70,13 +76,16 @@ def report_values(path: str | os.PathLike, r: Report, k: int) -> None:
     atomic.save_figure(fig, path)
 
 
-def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curve] | None) -> None:
+def comparison(
+    path: str | os.PathLike, c: Comparison, curves: tuple[Curve | None, Curve | None] | None
+) -> None:
     """Writes a PNG of a comparison: each metric's A - B with its 90% interval and, given both
     predictions' mAP@k curves on the same sizes, A - B over N (the curves' difference; its
     interval is the paired one, at N only)."""
     rows, ap = c.metrics, c.ap
-    same = curves is not None and all(x is not None for x in curves)
-    same = same and np.allclose(curves[0].n, curves[1].n)
+    a, b = (None, None) if curves is None else curves
+    pair = (a, b) if a is not None and b is not None and np.allclose(a.n, b.n) else None
+    same = pair is not None
     fig = Figure(figsize=(7, 2.0 + 0.4 * len(rows) + (3.2 if same else 0.0)))
     axes = fig.subplots(2 if same else 1, 1, squeeze=False)[:, 0]
     ax = axes[0]
@@ -90,10 +99,10 @@ def comparison(path: str | os.PathLike, c: Comparison, curves: tuple[Curve, Curv
     ax.set_xlabel(f"A - B at N = {c.n_target:,}")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8)
-    if same:
+    if pair is not None:
         ax = axes[1]
-        n = np.asarray(curves[0].n)
-        ax.plot(n, np.subtract(curves[0].values, curves[1].values), "-", label="A - B (curves)")
+        n = np.asarray(pair[0].n)
+        ax.plot(n, np.subtract(pair[0].values, pair[1].values), "-", label="A - B (curves)")
         ax.errorbar(
             [c.n_target],
             [ap.difference],

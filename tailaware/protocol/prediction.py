@@ -31,6 +31,7 @@ from tailaware.core.results import (
     Diagnostics,
     Drift,
     Hardness,
+    Interval,
     MetricPrediction,
     Prediction,
     Report,
@@ -118,6 +119,24 @@ def _log_interp(n, at, values) -> np.ndarray:
     return np.apply_along_axis(lambda v: np.interp(np.log(n), np.log(at), v), -1, values)
 
 
+def _terms(values: np.ndarray) -> np.ndarray | None:
+    """Returns the [F, ...] values of a pass's model reruns, or None when there are none."""
+    return values if len(values) else None
+
+
+def _columns(values: np.ndarray | None, cut: slice) -> np.ndarray | None:
+    """Returns the gallery sizes `cut` of [F, G] model reruns (None stays None)."""
+    return None if values is None else values[:, cut]
+
+
+def _over_queries(unc: Interval) -> tuple[float, float]:
+    """Returns the 90% interval over queries like these, which every computed `Interval` has
+    (only one read from an old file lacks it)."""
+    if unc.ci90.queries is None:
+        raise ValueError("an interval computed without its interval over queries")
+    return unc.ci90.queries
+
+
 def metric_predictions(
     values, rows: Rows, metric_list, settings: PredictSettings, grid, *, reps=None, sd=None
 ) -> dict:
@@ -138,32 +157,42 @@ def metric_predictions(
     out = {}
     for m, metric in enumerate(metric_list):
         per_query = values[0, :, m, :]  # [G, Q]
-        reruns, priors = means[rows.reruns, :, m], means[rows.priors, :, m]
-        model = dict(reruns=reruns if len(reruns) else None, priors=priors if len(priors) else None)
-        part = lambda cut, model=model: {
-            name: None if v is None else v[:, cut] for name, v in model.items()
-        }
+        reruns = _terms(means[rows.reruns, :, m])
+        priors = _terms(means[rows.priors, :, m])
         sd_curve = None if sd is None else sd[m, 1:]
         if reps is None:
             sd_m = None if sd is None else sd[m]
-            uncs = intervals.item_intervals(per_query, *common, sd_distractor=sd_m, **model)
+            uncs = intervals.item_intervals(
+                per_query, *common, sd_distractor=sd_m, reruns=reruns, priors=priors
+            )
         else:  # the target's own replicates; the curve's sd interpolated between the anchors
             at_n = (reps.distractor[:1, m], reps.combined[:1, m])
-            uncs = intervals.item_intervals(per_query[:1], *common, nested=at_n, **part(slice(1)))
+            target, rest = slice(1), slice(1, None)
+            uncs = intervals.item_intervals(
+                per_query[target],
+                *common,
+                nested=at_n,
+                reruns=_columns(reruns, target),
+                priors=_columns(priors, target),
+            )
             if len(grid):
                 sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
                 uncs += intervals.item_intervals(
-                    per_query[1:], *common, sd_distractor=sd_curve, **part(slice(1, None))
+                    per_query[rest],
+                    *common,
+                    sd_distractor=sd_curve,
+                    reruns=_columns(reruns, rest),
+                    priors=_columns(priors, rest),
                 )
-        known = sd_curve is not None and not np.isnan(sd_curve).any()
+        known = None if sd_curve is None or np.isnan(sd_curve).any() else sd_curve
         curve = None
         if len(grid):
             curve = Curve(
                 n=tuple(np.asarray(grid, np.float64).tolist()),
                 values=tuple(means[0, 1:, m].tolist()),
                 ci90=tuple(u.ci90.reported for u in uncs[1:]),
-                sd_distractor=tuple(sd_curve.tolist()) if known else None,
-                ci90_queries=tuple(u.ci90.queries for u in uncs[1:]),
+                sd_distractor=None if known is None else tuple(known.tolist()),
+                ci90_queries=tuple(_over_queries(u) for u in uncs[1:]),
             )
         got = MetricPrediction.of(metric, settings.k, means[0, 0, m], per_query[0], uncs[0], curve)
         out[got.label] = got
@@ -358,9 +387,10 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
     names = [m.name for m in metric_list]
     per_row = lambda r: {(v, m): in_views[r, v, names.index(m)] for v, m in spec.pairs()}
     item_values = lambda r: np.asarray(ilias_report.apply(spec, per_row(r)), np.float64)
-    stacked = lambda part: [item_values(r) for r in range(part.start, part.stop)] or None
-    model = {"reruns": stacked(rows.reruns), "priors": stacked(rows.priors)}
-    model = {name: None if v is None else np.stack(v) for name, v in model.items()}
+
+    def stacked(part: slice) -> np.ndarray | None:
+        return _terms(np.asarray([item_values(r) for r in range(part.start, part.stop)]))
+
     per_query = np.stack([in_views[0, it.view, names.index(it.metric)] for it in spec.items])
     opts = settings.protocol
     nest = None if reps is None else (reps.items_distractor, reps.items_combined)
@@ -371,7 +401,8 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
         opts.seed,
         weights=spec.weights,
         nested=nest,
-        **model,
+        reruns=stacked(rows.reruns),
+        priors=stacked(rows.priors),
     )
     main = per_row(0)
     return Report(
@@ -382,8 +413,8 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
                 100.0 * float(point),
                 it.num_queries,
                 it.num_instances,
-                tuple(100.0 * b for b in unc.ci90.reported),
-                tuple(100.0 * b for b in unc.ci90.queries),
+                _percent(unc.ci90.reported),
+                _percent(_over_queries(unc)),
             )
             for it, point, unc in zip(spec.items, item_values(0), uncs, strict=True)
         ),
@@ -391,6 +422,10 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
         aps=100.0 * np.asarray(main[(0, "map")], np.float64),
         notes=spec.notes,
     )
+
+
+def _percent(bounds: tuple[float, float]) -> tuple[float, float]:
+    return 100.0 * bounds[0], 100.0 * bounds[1]
 
 
 def few_queries(report: Report) -> tuple[str, ...]:
@@ -439,18 +474,18 @@ def distractor_sd(prediction: Prediction) -> tuple | None:
     """Returns (sizes [G], sds [M, G], k, metric names [M]) of a prediction's distractor-sample
     sd of each metric at the target and on its curve (ascending sizes; what a hardness artifact
     stores), or None without one (no nested bootstrap)."""
-    known = [
-        m
-        for m in prediction.metrics.values()
-        if m.curve is not None
-        and m.curve.sd_distractor is not None
-        and m.interval is not None
-        and m.interval.sd_distractor is not None
-    ]
-    if not known:
+    names, sizes, rows = [], [], []
+    for m in prediction.metrics.values():
+        curve, unc = m.curve, m.interval
+        if curve is None or curve.sd_distractor is None or unc is None:
+            continue
+        if unc.sd_distractor is not None:
+            names.append(m.metric)
+            sizes.append(curve.n)
+            rows.append([unc.sd_distractor, *curve.sd_distractor])
+    if not names:
         return None
-    n = np.asarray([prediction.n_target, *known[0].curve.n], np.float64)
-    sds = np.asarray([[m.interval.sd_distractor, *m.curve.sd_distractor] for m in known])
+    n = np.asarray([prediction.n_target, *sizes[0]], np.float64)
+    sds = np.asarray(rows)
     n, first = np.unique(n, return_index=True)
-    names = tuple(m.metric for m in known)
-    return n, sds[:, first], int(prediction.k), names
+    return n, sds[:, first], int(prediction.k), tuple(names)

@@ -39,7 +39,7 @@ Shapes: Q queries, P positive slots, M stored scores, R replicates.
 """
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 
@@ -128,7 +128,7 @@ def check_pair(target: SampledScores, reference: SampledScores, *, source: str) 
       InputError: naming `source` and the field that does not match.
     """
 
-    def fail(field, msg):
+    def fail(field: str, msg: str) -> NoReturn:
         raise errors.field_error(source, field, msg)
 
     if int(reference.n_sample) != int(target.n_sample):
@@ -262,6 +262,9 @@ def correct(
     """
     metric_list = settings.metric_list() if metric_list is None else tuple(metric_list)
     n, k, mask = counts.n_distractors, settings.k, target.mask
+    ids_b, ids_a = target.tail_ids, reference.tail_ids
+    if ids_b is None or ids_a is None:
+        raise ValueError("both sampled scores need their tail ids to pair items (`check_pair`)")
     above_b, above_a = _stored_above(target), _stored_above(reference)
     paired = (
         mask
@@ -290,8 +293,8 @@ def correct(
         spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
     rep_t, rep_d, rep_ta = [], [], []
     for r in range(ref_settings.replicates):
-        w_b = poisson_weights(target.tail_ids, ref_settings.seed, r)
-        w_a = poisson_weights(reference.tail_ids, ref_settings.seed, r)
+        w_b = poisson_weights(ids_b, ref_settings.seed, r)
+        w_a = poisson_weights(ids_a, ref_settings.seed, r)
         cb_r = _resampled_counts(target, above_b, w_b)
         ca_r = _resampled_counts(reference, above_a, w_a)
         if r not in cache:
@@ -309,12 +312,12 @@ def correct(
                 reference, tail_scores=_resampled_tail(spread_a, w_a), pos_counts=ca_r
             )
             rep_ta.append(today(resampled_a, no_spread, n, metric_list))
-    rep_t, rep_d = np.stack(rep_t), np.stack(rep_d)  # [R, M, Q]
+    reps_t, reps_d = np.stack(rep_t), np.stack(rep_d)  # [R, M, Q]
 
     out = {}
     for i, metric in enumerate(metric_list):
-        t_q, d_q = v_t[i], v_d[i] - (rep_d[:, i].mean(axis=0) - v_d[i])  # bias-corrected D
-        t_r, d_r = rep_t[:, i].mean(axis=1), rep_d[:, i].mean(axis=1)
+        t_q, d_q = v_t[i], v_d[i] - (reps_d[:, i].mean(axis=0) - v_d[i])  # bias-corrected D
+        t_r, d_r = reps_t[:, i].mean(axis=1), reps_d[:, i].mean(axis=1)
         cov = np.cov(t_r, d_r)
         bias = float(t_q.mean() - d_q.mean())
         ref_error = float("nan")

@@ -70,6 +70,7 @@ def report(
     settings: PredictSettings,
     n_target: int,
     workdir: str,
+    *,
     metadata: dict | None = None,
     queries: str | None = None,
     spec: ilias_report.ReportSpec | None = None,

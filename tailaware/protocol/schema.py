@@ -9,6 +9,7 @@ print.
 """
 
 import statistics
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def _drift_json(d: Drift) -> dict:
 
 
 def _diagnostics_json(d: Diagnostics) -> dict:
-    out = {"summary": list(d.summary)}
+    out: dict[str, Any] = {"summary": list(d.summary)}
     if d.budget is not None:
         out["budget"] = _budget_json(d.budget)
     if d.drift is not None:
@@ -134,7 +135,7 @@ def _diagnostics_json(d: Diagnostics) -> dict:
 
 def _metric_json(m: MetricPrediction) -> dict:
     """Returns one entry of prediction.json's `metrics`."""
-    out = {
+    out: dict[str, Any] = {
         "metric": m.metric,
         "cutoff": m.cutoff,
         "value": float(m.value),
@@ -357,13 +358,14 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
     distractor = tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None
     reported = tuple(top.get(tag, (np.nan, np.nan)))
-    if f"{tag}_queries" in unc or f"{tag}_queries" in top:
+    key = f"{tag}_queries"
+    if key in unc or key in top:
         return Bounds(
             reported,
             pair(f"{tag}_sampling"),
             pair(f"{tag}_query"),
             distractor,
-            tuple(top.get(f"{tag}_queries", unc.get(f"{tag}_queries"))),
+            tuple(top[key] if key in top else unc[key]),
         )
     point = float(top.get("map", top.get("value", np.nan)))
     z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)

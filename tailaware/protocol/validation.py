@@ -23,8 +23,9 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -244,7 +245,7 @@ class Draw(NamedTuple):
     interval: Interval
     tail_counts: TailCounts
     calibration: dict
-    metrics: dict = {}
+    metrics: Mapping[str, tuple[float, float]] = MappingProxyType({})
 
     def predictions(self) -> dict:
         """Returns every row's prediction: the estimators', then the baselines'."""
@@ -277,7 +278,16 @@ class Draw(NamedTuple):
 
 
 def one_draw(
-    scores, truth_counts, n, x_true, seed, settings: PredictSettings, v, names, reps=None
+    scores,
+    truth_counts,
+    n,
+    x_true,
+    *,
+    seed: int,
+    settings: PredictSettings,
+    v,
+    names,
+    reps=None,
 ) -> tuple[Draw, nested.Nested]:
     """Returns the validation record of one sample and the nested-bootstrap replicates its
     interval used.
@@ -497,7 +507,17 @@ def evaluate_cell(samples, settings: PredictSettings, v, names, oracle=None):
     serves every draw's interval (its spread depends on the benchmark and S, not the draw)."""
     draws, reps = [], None
     for scores, truth_counts, n, x_true, seed in samples:
-        draw, reps = one_draw(scores, truth_counts, n, x_true, seed, settings, v, names, reps)
+        draw, reps = one_draw(
+            scores,
+            truth_counts,
+            n,
+            x_true,
+            seed=seed,
+            settings=settings,
+            v=v,
+            names=names,
+            reps=reps,
+        )
         draws.append(draw)
     return summarize(draws, oracle or {}), draws
 
@@ -553,6 +573,7 @@ def _cells(settings: PredictSettings, v: ValidationSettings, seed: int) -> tuple
     """Returns (the fractions, the `Cell`s) of the study `v` describes: the grid of its regimes
     and families at `n_pool`, or its frozen split (`SPLITS`) with the real-text benchmarks of
     its manifest. Benchmarks are built one at a time, as the study reaches them."""
+    text: tuple[str, ...]
     if not v.split:
         grid = [(r, f, int(v.n_pool)) for r in v.regimes for f in v.families]
         name = lambda r, f, n: f"{r}/{f}"
@@ -618,7 +639,8 @@ def study(
     if settings.estimator not in names:
         names.append(settings.estimator)
     fractions, cells = _cells(settings, v, seed)
-    results = {
+    previous = done or {}
+    results: dict[str, Any] = {
         "k": settings.k,
         "split": v.split,
         "estimator": settings.estimator,
@@ -631,14 +653,14 @@ def study(
     for cell in cells:
         results["meta"][cell.name] = cell.meta
         for j, f in enumerate(fractions):
-            finished = ((done or {}).get("cells") or {}).get(cell.name, {}).get(str(f))
+            finished = (previous.get("cells") or {}).get(cell.name, {}).get(str(f))
             if finished is None:
                 summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
                 finished = summary.to_json()
                 raw = [d.to_json() for d in draws]
                 logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
             else:
-                raw = done["raw"][cell.name][str(f)]
+                raw = previous["raw"][cell.name][str(f)]
             results["cells"].setdefault(cell.name, {})[str(f)] = finished
             results["raw"].setdefault(cell.name, {})[str(f)] = raw
             if on_cell:

@@ -11,13 +11,13 @@ Backends (all give the same top-M scores and counts on the same float32 scores):
   one and M <= 2048, faiss's GPU limit, with one `FaissGpu` held for the run).
 "auto" picks one for the machine (`choose_backend`).
 
-A backend has `scores(x)` (the search's arithmetic, e.g. for the positives), `start(pos, state)`,
-`add(x, ids)` per block, `state()` (in canonical order, `topk.sorted_state`) and `subset(rows)`
-(a backend for some of the queries). The host backend scores a block while the caller reads
-the next (`drain` waits for it; `state` does too). The host and JAX backends speculate
-(`speculates`): `score_shards` guesses each query's final M-th score from a random pilot sample
-of the rows, the backend filters at that floor, and queries where the guess proves too high get
-a second pass.
+A backend plays the `Backend` role: `scores(x)` (the search's arithmetic, e.g. for the
+positives), `start(pos, state)`, `add(x, ids)` per block, `state()` (in canonical order,
+`topk.sorted_state`) and `subset(rows)` (a backend for some of the queries); `BACKEND_FACTORIES`
+registers each by name. The host backend scores a block while the caller reads the next (`drain`
+waits for it; `state` does too). The host and JAX backends speculate (`speculates`):
+`score_shards` guesses each query's final M-th score from a random pilot sample of the rows, the
+backend filters at that floor, and queries where the guess proves too high get a second pass.
 
 Shapes: Q queries, D descriptor dims, B block rows, M kept scores, P positive slots.
 Distractor ids are `shard << 32 | row` (`global_ids`), so ties order by file position.
@@ -28,6 +28,7 @@ import functools
 import os
 import threading
 from concurrent import futures
+from typing import Any, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +38,47 @@ import threadpoolctl
 from tailaware.search import device_topk, float16, topk
 from tailaware.search.topk import TopState
 
-BACKENDS = ("host", "jax", "faiss")
 ROW_BITS = 32
+
+
+class Backend(Protocol):
+    """The scoring backend's role: score blocks of descriptors into a running top-M state.
+
+    Attributes:
+      speculates: `start` filters at the state's floor, guessed from a pilot sample
+        (`scoring.score_shards`); rows the guess got wrong are rescanned.
+
+    Optional, found with `hasattr`: `expect_share(share)` (sizes the device buffers from the
+    pilot) and `drain()` (waits for blocks still being scored).
+    """
+
+    speculates: bool
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Returns the [Q, B] scores of the queries against rows `x` [B, D] (float16)."""
+        ...
+
+    def start(self, pos_scores: np.ndarray, state: TopState) -> None:
+        """Starts a pass from `state`, counting scores above the positives' [Q, P]."""
+        ...
+
+    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        """Folds the block `x` [B, D] with engine ids `ids` [B] into the state."""
+        ...
+
+    def state(self) -> TopState:
+        """Returns the running state, in canonical order (`topk.sorted_state`)."""
+        ...
+
+    def subset(self, rows: np.ndarray) -> "Backend":
+        """Returns a backend of the same settings for the queries `rows`."""
+        ...
+
+
+class BackendFactory(Protocol):
+    """Makes a backend for `queries` [Q, D] keeping the top `m` (`make_backend`)."""
+
+    def __call__(self, queries: np.ndarray, m: int, *, block_size: int, dtype: str) -> Backend: ...
 
 
 def global_ids(shard: int, rows: np.ndarray) -> np.ndarray:
@@ -219,7 +259,7 @@ class JaxBackend:
     lets the first blocks be compacted too.
     """
 
-    speculates = True
+    speculates: bool = True
 
     def __init__(
         self,
@@ -254,7 +294,8 @@ class JaxBackend:
         # and CPUs, bfloat16 ones everywhere.
         self.precision = jax.lax.Precision.HIGHEST if self.dtype == jnp.float32 else None
         self._scores = jax.jit(functools.partial(device_topk.dot, precision=self.precision))
-        self.mesh, self.share = mesh, None
+        self.mesh = mesh
+        self.share: float | None = None
         self._step, self._finish = device_topk.sharded(mesh, self.settings, self.precision)
 
     def scores(self, x: np.ndarray) -> np.ndarray:
@@ -382,14 +423,15 @@ class FaissGpu:
     holder per process and GPU (`shared`) serves every backend, `subset` ones included.
     """
 
-    _held: dict = {}
+    # Process-wide on purpose (one holder per GPU for every backend): a class-level cache.
+    _held: ClassVar[dict[tuple[int, int], "FaissGpu"]] = {}
 
     def __init__(self, faiss, device: int = 0):
         self.faiss = faiss
         self.resources = faiss.StandardGpuResources()
         self.config = faiss.GpuIndexFlatConfig()
         self.config.device = device
-        self.indexes = {}  # dims -> GpuIndexFlatIP, emptied and refilled per block
+        self.indexes: dict[int, Any] = {}  # dims -> GpuIndexFlatIP, emptied and refilled per block
 
     @classmethod
     def shared(cls, faiss, device: int = 0) -> "FaissGpu":
@@ -417,6 +459,8 @@ class FaissBackend:
     The search runs on a GPU when faiss has one and M <= FAISS_GPU_MAX_K, with one `FaissGpu`
     for the run; the range search (which faiss has only on CPU) and everything else on the host.
     """
+
+    speculates: bool = False  # faiss searches every block whole
 
     def __init__(self, queries: np.ndarray, m: int):
         try:
@@ -486,14 +530,19 @@ class FaissBackend:
         return index
 
 
-def make_backend(name: str, queries: np.ndarray, m: int, block_size: int, dtype: str):
+# The scoring backends by name: a new one is a class playing `Backend` and one line here.
+BACKEND_FACTORIES: dict[str, BackendFactory] = {
+    "host": lambda queries, m, *, block_size, dtype: HostBackend(queries, m),
+    "jax": lambda queries, m, *, block_size, dtype: JaxBackend(queries, m, block_size, dtype),
+    "faiss": lambda queries, m, *, block_size, dtype: FaissBackend(queries, m),
+}
+BACKENDS = tuple(BACKEND_FACTORIES)
+
+
+def make_backend(name: str, queries: np.ndarray, m: int, block_size: int, dtype: str) -> Backend:
     """Returns the backend `name` ("auto": `choose_backend` for this machine)."""
     if name == "auto":
         name = choose_backend(jax.default_backend(), faiss_gpus(), m)
-    if name == "host":
-        return HostBackend(queries, m)
-    if name == "jax":
-        return JaxBackend(queries, m, block_size, dtype)
-    if name == "faiss":
-        return FaissBackend(queries, m)
-    raise ValueError(f"unknown scoring backend {name!r}; expected 'auto' or one of {BACKENDS}")
+    if name not in BACKEND_FACTORIES:
+        raise ValueError(f"unknown scoring backend {name!r}; expected 'auto' or one of {BACKENDS}")
+    return BACKEND_FACTORIES[name](queries, m, block_size=block_size, dtype=dtype)

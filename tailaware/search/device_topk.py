@@ -108,15 +108,15 @@ class Buffer(NamedTuple):
       heavy: [] int32, queries cut alone for holding more than C candidates (likewise).
     """
 
-    vals: jax.Array
-    shard: jax.Array
-    row: jax.Array
-    counts: jax.Array
-    tau: jax.Array
-    fill: jax.Array
-    dense: jax.Array
-    cuts: jax.Array
-    heavy: jax.Array
+    vals: jax.Array | np.ndarray
+    shard: jax.Array | np.ndarray
+    row: jax.Array | np.ndarray
+    counts: jax.Array | np.ndarray
+    tau: jax.Array | np.ndarray
+    fill: jax.Array | np.ndarray
+    dense: jax.Array | np.ndarray
+    cuts: jax.Array | np.ndarray
+    heavy: jax.Array | np.ndarray
 
 
 def empty(num_queries: int, num_pos: int, settings: Settings, xp=np) -> Buffer:

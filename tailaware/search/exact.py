@@ -63,7 +63,7 @@ def ranked_lists(state, all_scores, relevant, positive_ids, shards, *, k):
 def _distractor_id_strings(ids, shards) -> list[str]:
     by_number = {s.number: s for s in shards}
     shard_no, rows = backends.split_ids(ids)
-    out = []
+    out: list[str] = []
     for number in np.unique(shard_no):
         names = by_number[int(number)].read_ids()
         out.extend(str(names[r]) for r in rows[shard_no == number])

@@ -32,8 +32,10 @@ from tailaware.io import atomic, errors
 from tailaware.io.ilias_folder import Shard
 from tailaware.search import topk
 from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's public names)
+    BACKEND_FACTORIES,
     BACKENDS,
     ROW_BITS,
+    Backend,
     FaissBackend,
     FaissGpu,
     HostBackend,
@@ -83,7 +85,7 @@ PILOT_ROWS = 4096
 
 
 def score_shards(
-    backend,
+    backend: Backend,
     pos_scores: np.ndarray,
     shards: Sequence[Shard],
     spec: SearchSpec,
@@ -116,7 +118,7 @@ def score_shards(
             )
         logging.info("resuming after %d shards from %s", len(done), checkpoint)
     todo = shards[len(done) :]
-    if state.floor is None and getattr(backend, "speculates", False):
+    if state.floor is None and backend.speculates:
         if floor is None:
             floor = _pilot_floor(backend, shards, spec, pilot_rows)
         state = state._replace(floor=floor)
@@ -150,7 +152,7 @@ def score_shards(
     return state, n_sample
 
 
-def _abandon(backend) -> None:
+def _abandon(backend: Backend) -> None:
     """Lets a backend that scores asynchronously finish, so a failed search leaves no work
     behind (the error being raised is the one reported)."""
     try:
@@ -160,7 +162,7 @@ def _abandon(backend) -> None:
 
 
 def _pilot_floor(
-    backend, shards: Sequence[Shard], spec: SearchSpec, pilot_rows: int
+    backend: Backend, shards: Sequence[Shard], spec: SearchSpec, pilot_rows: int
 ) -> np.ndarray | None:
     """Returns [Q] a cautious guess of each query's final M-th score (`topk.guess_floor`).
 
@@ -189,7 +191,9 @@ def _pilot_floor(
     return floor
 
 
-def _rescan(backend, state: TopState, shards, spec: SearchSpec, block_size: int) -> TopState:
+def _rescan(
+    backend: Backend, state: TopState, shards, spec: SearchSpec, block_size: int
+) -> TopState:
     """Returns `state` with the top-M of its inexact rows redone by a plain pass over `shards`.
 
     Speculation never touches counts, so only the kept scores of the rows where it guessed too
@@ -272,6 +276,7 @@ def _read_ahead(shards, spec, block_size) -> Iterator:
         sample = lambda s: hasher.submit(sampled_rows, s, spec.fraction, spec.seed)
         upcoming = sample(shards[0]) if shards else None
         for i, shard in enumerate(shards):
+            assert upcoming is not None  # submitted for every shard before its turn
             rows = upcoming.result()
             upcoming = sample(shards[i + 1]) if i + 1 < len(shards) else None
 

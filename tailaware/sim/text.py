@@ -129,7 +129,7 @@ def read_npm(path: str | os.PathLike, min_words: int = 3) -> Packages:
         return parse_npm(f.readlines(), min_words)
 
 
-def split_mask(names: Sequence[str], split: str, seed: int = SPLIT_SEED) -> np.ndarray:
+def split_mask(names: Sequence[str] | np.ndarray, split: str, seed: int = SPLIT_SEED) -> np.ndarray:
     """Returns which packages belong to `split` ("dev": hash < 1/2, "test": the rest)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -226,7 +226,10 @@ def keyword_instances(
 
 def build_instances(packages: Packages, kind: str, **kwargs) -> list[Instance]:
     """Returns the instances of `kind` ("names" or "keywords")."""
-    builders = {"names": name_families, "keywords": keyword_instances}
+    builders: dict[str, Callable[..., list[Instance]]] = {
+        "names": name_families,
+        "keywords": keyword_instances,
+    }
     if kind not in builders:
         raise ValueError(f"instance kind must be one of {sorted(builders)}, got {kind!r}")
     return builders[kind](packages, **kwargs)
@@ -465,7 +468,7 @@ def tfidf(texts: Sequence[str], min_df: int = 2):
     """
     import scipy.sparse
 
-    counts = [dict() for _ in texts]
+    counts: list[dict[str, int]] = [{} for _ in texts]
     df: dict[str, int] = {}
     for c, text in zip(counts, texts, strict=True):
         for tok in _LSA_TOKEN.findall(text.lower()):
@@ -479,10 +482,10 @@ def tfidf(texts: Sequence[str], min_df: int = 2):
     indptr, indices, data = [0], [], []
     for c in counts:
         for tok, tf in sorted(c.items()):
-            j = vocab.get(tok)
-            if j is not None:
-                indices.append(j)
-                data.append((1.0 + math.log(tf)) * idf[j])
+            col = vocab.get(tok)
+            if col is not None:
+                indices.append(col)
+                data.append((1.0 + math.log(tf)) * idf[col])
         indptr.append(len(indices))
     x = scipy.sparse.csr_matrix(
         (np.asarray(data), np.asarray(indices, np.int64), np.asarray(indptr, np.int64)),

@@ -40,12 +40,13 @@ S sample size, N target gallery size.
 """
 
 import functools
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from tailaware.core import law
 from tailaware.core.results import Hardness, TailFit
@@ -82,12 +83,30 @@ class Gradients(NamedTuple):
         return LN10 * self.d_log_n
 
 
-def _map(x, log_n, mask, k, *, fixed, truncation, tau):
+def _map(
+    x: jax.Array,
+    log_n: jax.Array,
+    mask: ArrayLike,
+    k: law.Scalar,
+    *,
+    fixed: ArrayLike | None,
+    truncation: law.Truncation,
+    tau: law.Scalar,
+) -> tuple[jax.Array, jax.Array]:
     return law.map_at_k(x, mask, jnp.exp(log_n), k, fixed, truncation=truncation, tau=tau)
 
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
-def gradients(x, mask, n, k, *, fixed=None, truncation: law.Truncation = "smooth", tau=1.0):
+def gradients(
+    x: ArrayLike,
+    mask: ArrayLike,
+    n: ArrayLike,
+    k: law.Scalar,
+    *,
+    fixed: ArrayLike | None = None,
+    truncation: law.Truncation = "smooth",
+    tau: law.Scalar = 1.0,
+) -> Gradients:
     """Returns the `Gradients` of mAP@k at gallery size n.
 
     Args:
@@ -128,13 +147,21 @@ class Response(NamedTuple):
     top1_first_order: jax.Array
 
 
-def _top1(x, mask, n, fixed):
+def _top1(x: jax.Array, mask: ArrayLike, n: law.Scalar, fixed: jax.Array) -> jax.Array:
     return jnp.mean(jax.vmap(law.top1_accuracy, in_axes=(0, 0, None, 0))(x, mask, n, fixed))
 
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def uniform_response(
-    x, mask, n, k, deltas, *, fixed=None, truncation: law.Truncation = "hard", tau=1.0
+    x: ArrayLike,
+    mask: ArrayLike,
+    n: ArrayLike,
+    k: law.Scalar,
+    deltas: ArrayLike,
+    *,
+    fixed: ArrayLike | None = None,
+    truncation: law.Truncation = "hard",
+    tau: law.Scalar = 1.0,
 ) -> Response:
     """Returns the `Response` to a relative error e^delta shared by every positive.
 
@@ -150,19 +177,30 @@ def uniform_response(
     fixed = jnp.zeros_like(x) if fixed is None else jnp.asarray(fixed, x.dtype)
     log_n = jnp.log(jnp.asarray(n, x.dtype))
 
-    def value(log_n):
+    def value(log_n: jax.Array) -> tuple[jax.Array, jax.Array]:
         m, _ = _map(x, log_n, mask, k, fixed=fixed, truncation=truncation, tau=tau)
         return m, _top1(x, mask, jnp.exp(log_n), fixed)
 
+    def shifted(d: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return value(log_n + d)
+
     (m0, t0), (dm, dt) = jax.jvp(value, (log_n,), (jnp.ones_like(log_n),))
-    m, t = jax.vmap(lambda d: value(log_n + d))(deltas)
+    m, t = jax.vmap(shifted)(deltas)
     return Response(deltas, m - m0, deltas * dm, t - t0, deltas * dt)
 
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def positive_response(
-    x, mask, n, k, delta, *, fixed=None, truncation: law.Truncation = "hard", tau=1.0
-):
+    x: ArrayLike,
+    mask: ArrayLike,
+    n: law.Scalar,
+    k: law.Scalar,
+    delta: ArrayLike,
+    *,
+    fixed: ArrayLike | None = None,
+    truncation: law.Truncation = "hard",
+    tau: law.Scalar = 1.0,
+) -> tuple[jax.Array, jax.Array]:
     """Returns (exact, first order) [Q, P] change of mAP@k when only x_qj is multiplied by e^delta.
 
     The first-order term is delta * d mAP / d log x_qj under the same truncation; the gap between
@@ -173,12 +211,15 @@ def positive_response(
     scale = jnp.exp(jnp.asarray(delta, x.dtype))
     num_q, num_p = x.shape
 
-    def one_query(xq, mq, fq):
-        ap = lambda xs: law.ap_at_k(xs, mq, n, k, fq, truncation=truncation, tau=tau)
-        base = ap(xq)
+    def one_query(xq: jax.Array, mq: ArrayLike, fq: jax.Array) -> jax.Array:
+        def ap(xs: jax.Array) -> jax.Array:
+            return law.ap_at_k(xs, mq, n, k, fq, truncation=truncation, tau=tau)
+
+        def moved(e: jax.Array) -> jax.Array:
+            return ap(jnp.where(e, xq * scale, xq))
+
         bump = jnp.eye(num_p, dtype=bool)
-        moved = jax.vmap(lambda e: ap(jnp.where(e, xq * scale, xq)))
-        return jnp.where(mq, moved(bump) - base, 0.0)
+        return jnp.where(mq, jax.vmap(moved)(bump) - ap(xq), 0.0)
 
     exact = jax.vmap(one_query)(x, mask, fixed) / num_q
     g = gradients(x, mask, n, k, fixed=fixed, truncation=truncation, tau=tau)
@@ -204,30 +245,37 @@ class TailParams(NamedTuple):
     log_sigma: jax.Array
 
 
+# A tail's log hardness of the positives: (params, pos_scores [Q, P]) -> [Q, P] (`gpd_log_x`).
+LogX: TypeAlias = Callable[[TailParams, jax.Array], jax.Array]
+
+
 @jax.jit
-def gpd_log_x(params: TailParams, pos_scores):
+def gpd_log_x(params: TailParams, pos_scores: jax.Array) -> jax.Array:
     """Returns the tail-priced log hardness [Q, P] of positives with scores `pos_scores` [Q, P].
 
     -inf beyond the fitted endpoint (an "immune" positive, x = 0), with zero, finite gradient.
     """
     sigma = jnp.exp(params.log_sigma)
-    return evt.gpd_log_x(params.log_rate, params.threshold, params.xi, sigma, pos_scores)
+    # evt is untyped until its refactor lands (coordinator: drop this ignore then).
+    return evt.gpd_log_x(  # type: ignore[no-untyped-call, no-any-return]
+        params.log_rate, params.threshold, params.xi, sigma, pos_scores
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("truncation", "log_x_fn"))
 def tail_gradients(
     params: TailParams,
-    pos_scores,
-    x,
-    tail_priced,
-    mask,
-    n,
-    k,
+    pos_scores: jax.Array,
+    x: jax.Array,
+    tail_priced: jax.Array,
+    mask: jax.Array,
+    n: law.Scalar,
+    k: law.Scalar,
     *,
-    fixed=None,
+    fixed: ArrayLike | None = None,
     truncation: law.Truncation = "smooth",
-    tau=1.0,
-    log_x_fn: Callable = gpd_log_x,
+    tau: law.Scalar = 1.0,
+    log_x_fn: LogX = gpd_log_x,
 ) -> TailParams:
     """Returns d mAP@k / d (tail parameters) as a `TailParams` of [Q] gradients.
 
@@ -236,15 +284,18 @@ def tail_gradients(
     mAP moves with each query's fitted tail, whatever moved the fit.
     """
 
-    def f(p):
+    def f(p: TailParams) -> jax.Array:
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x_fn(p, pos_scores)), x)
         return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
 
-    return jax.grad(f)(params)
+    grad: TailParams = jax.grad(f)(params)  # the gradient has the parameters' structure
+    return grad
 
 
 @functools.partial(jax.jit, static_argnames=("log_x_fn",))
-def tail_log_x_jacobian(params: TailParams, pos_scores, log_x_fn: Callable = gpd_log_x):
+def tail_log_x_jacobian(
+    params: TailParams, pos_scores: jax.Array, log_x_fn: LogX = gpd_log_x
+) -> jax.Array:
     """Returns d log x_qj / d (log_rate, xi, log_sigma)_q as [Q, P, 3] (zero beyond the endpoint).
 
     Each positive depends on its own query's parameters only, so one forward-mode pass per
@@ -253,12 +304,16 @@ def tail_log_x_jacobian(params: TailParams, pos_scores, log_x_fn: Callable = gpd
 
     log_x = log_x_fn(params, pos_scores)
 
-    def along(field):
+    def at(p: TailParams) -> jax.Array:
+        return log_x_fn(p, pos_scores)
+
+    def along(field: str) -> jax.Array:
         tangent = params._replace(
             **{f: jnp.zeros_like(getattr(params, f)) for f in TailParams._fields}
         )
         tangent = tangent._replace(**{field: jnp.ones_like(getattr(params, field))})
-        _, d = jax.jvp(lambda p: log_x_fn(p, pos_scores), (params,), (tangent,))
+        d: jax.Array
+        _, d = jax.jvp(at, (params,), (tangent,))
         return d
 
     jac = jnp.stack([along("log_rate"), along("xi"), along("log_sigma")], axis=-1)
@@ -266,7 +321,7 @@ def tail_log_x_jacobian(params: TailParams, pos_scores, log_x_fn: Callable = gpd
     return jnp.where(jnp.isfinite(log_x)[..., None] & jnp.isfinite(jac), jac, 0.0)
 
 
-def tail_param_covariance(xi, n_exceed):
+def tail_param_covariance(xi: ArrayLike, n_exceed: ArrayLike) -> jax.Array:
     """Returns the asymptotic covariance [Q, 3, 3] of (log rate, xi, log sigma) of a tail fit.
 
     The exceedance count over a fixed threshold is Binomial, so Var(log rate) ~ 1 / n_u (with u
@@ -289,14 +344,16 @@ def tail_param_covariance(xi, n_exceed):
     return jnp.stack(rows, -2) / n_u[:, None, None]
 
 
-def tail_log_x_covariance(params: TailParams, pos_scores, n_exceed, log_x_fn=gpd_log_x):
+def tail_log_x_covariance(
+    params: TailParams, pos_scores: jax.Array, n_exceed: ArrayLike, log_x_fn: LogX = gpd_log_x
+) -> jax.Array:
     """Returns Cov(log x_qi, log x_qj) [Q, P, P] of tail-priced positives, J Sigma J^T."""
     jac = tail_log_x_jacobian(params, pos_scores, log_x_fn)
     sigma = tail_param_covariance(params.xi, n_exceed)
     return jnp.einsum("qia,qab,qjb->qij", jac, sigma, jac)
 
 
-def count_log_x_covariance(counts, mask, n_sample):
+def count_log_x_covariance(counts: ArrayLike, mask: ArrayLike, n_sample: ArrayLike) -> jax.Array:
     """Returns Cov(log x_qi, log x_qj) [Q, P, P] of the count estimator x = K / S.
 
     The counts of one query are nested (a harder positive's sampled outrankers include an
@@ -333,7 +390,7 @@ class Uncertainty(NamedTuple):
     value: jax.Array
 
 
-def uncertainty(d_log_x, log_x_cov) -> Uncertainty:
+def uncertainty(d_log_x: jax.Array, log_x_cov: jax.Array) -> Uncertainty:
     """Returns the `Uncertainty` of mAP@k from gradients d_log_x [Q, P] and Cov(log x) [Q, P, P]."""
     cg = jnp.einsum("qij,qj->qi", log_x_cov, d_log_x)
     per_pos = d_log_x * cg
@@ -351,8 +408,16 @@ def uncertainty(d_log_x, log_x_cov) -> Uncertainty:
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def blind_response(
-    x, mask, blind, n, k, n_sample, *, fixed=None, truncation: law.Truncation = "hard"
-):
+    x: ArrayLike,
+    mask: jax.Array,
+    blind: jax.Array,
+    n: law.Scalar,
+    k: law.Scalar,
+    n_sample: ArrayLike,
+    *,
+    fixed: ArrayLike | None = None,
+    truncation: law.Truncation = "hard",
+) -> jax.Array:
     """Returns the mAP@k change [Q] if each `blind` positive had x = 1 / S, the detection floor.
 
     A positive that no sampled distractor beats has hardness below about 1 / S; a count prices
@@ -367,7 +432,7 @@ def blind_response(
     return (aps - base) / x.shape[0]
 
 
-def tail_params(fit: TailFit, n_sample) -> TailParams:
+def tail_params(fit: TailFit, n_sample: float) -> TailParams:
     """Returns the `TailParams` [Q] of the plug-in fits of a tail-aware estimate (`Hardness.fit`).
 
     Queries without a fit (no excess) get log_rate = -inf and sigma = 1: they price nothing.
@@ -386,21 +451,21 @@ def tail_params(fit: TailFit, n_sample) -> TailParams:
 
 @functools.partial(jax.jit, static_argnames=("settings", "method", "truncation"))
 def score_gradients(
-    pos_scores,
-    tail_scores,
-    n_sample,
-    x,
-    tail_priced,
-    mask,
-    n,
-    k,
+    pos_scores: jax.Array,
+    tail_scores: jax.Array,
+    n_sample: ArrayLike,
+    x: jax.Array,
+    tail_priced: jax.Array,
+    mask: jax.Array,
+    n: law.Scalar,
+    k: law.Scalar,
     *,
-    fixed=None,
+    fixed: ArrayLike | None = None,
     settings: TailSettings = TailSettings(),
-    method="mle",
+    method: str = "mle",
     truncation: law.Truncation = "smooth",
-    tau=1.0,
-):
+    tau: law.Scalar = 1.0,
+) -> tuple[jax.Array, jax.Array]:
     """Returns (d mAP / d pos_scores [Q, P], d mAP / d tail_scores [Q, M]) through the tail fit.
 
     The tail-priced positives take `evt.log_tail_prob` (differentiated through the fitter
@@ -409,7 +474,7 @@ def score_gradients(
     much a small change of its similarity would move mAP.
     """
 
-    def f(pos, tail):
+    def f(pos: jax.Array, tail: jax.Array) -> jax.Array:
         log_x = evt.log_tail_prob(pos, tail, n_sample, settings, method)
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
@@ -443,11 +508,11 @@ class Report(NamedTuple):
 def analyze(
     scores: SampledScores,
     hard: Hardness,
-    n,
-    k,
+    n: float,
+    k: int,
     *,
     truncation: law.Truncation = "smooth",
-    tau=1.0,
+    tau: float = 1.0,
 ) -> Report:
     """Returns the sensitivity `Report` of the prediction `hard` makes at gallery size n.
 
@@ -457,12 +522,13 @@ def analyze(
     reproduces the tail-priced hardness (so not for `evt_averaged`; see `Report.tail`).
     """
     dtype = jnp.result_type(float)
-    has_tail = hard.fit is not None and bool(np.any(hard.tail_priced))
+    fit = hard.fit
+    has_tail = fit is not None and bool(np.any(hard.tail_priced))
     q = hard.mask.shape[0]
     pos = jnp.asarray(np.where(hard.mask, scores.pos_scores, 0.0), dtype)
-    if has_tail:
-        params = tail_params(hard.fit, scores.n_sample)
-        n_u = jnp.asarray(hard.fit.n_exceed, dtype)
+    if fit is not None and has_tail:
+        params = tail_params(fit, scores.n_sample)
+        n_u = jnp.asarray(fit.n_exceed, dtype)
         # Differentiate the tail only where it is the plug-in fit that priced the positives.
         plug_in = np.exp(np.asarray(gpd_log_x(params, pos), np.float64))
         tp = hard.tail_priced & hard.mask
@@ -492,11 +558,28 @@ def analyze(
 
 @functools.partial(jax.jit, static_argnames=("truncation",))
 def _analyze(
-    x, mask, n, k, *, fixed, counts, counted, tail, pos, params, n_u, n_sample, truncation, tau
-):
+    x: jax.Array,
+    mask: jax.Array,
+    n: jax.Array,
+    k: jax.Array,
+    *,
+    fixed: jax.Array,
+    counts: jax.Array,
+    counted: jax.Array,
+    tail: jax.Array,
+    pos: jax.Array,
+    params: TailParams,
+    n_u: jax.Array,
+    n_sample: jax.Array,
+    truncation: law.Truncation,
+    tau: law.Scalar,
+) -> tuple[Gradients, Uncertainty, jax.Array, TailParams]:
     """The arrays of `analyze`, as one compiled program."""
     grads = gradients(x, mask, n, k, fixed=fixed, truncation=truncation, tau=tau)
-    both = lambda m: m[:, :, None] & m[:, None, :]
+
+    def both(m: jax.Array) -> jax.Array:
+        return m[:, :, None] & m[:, None, :]
+
     cov = jnp.where(both(counted), count_log_x_covariance(counts, mask, n_sample), 0.0)
     cov = cov + jnp.where(both(tail), tail_log_x_covariance(params, pos, n_u), 0.0)
     d_tail = tail_gradients(
@@ -506,7 +589,9 @@ def _analyze(
     return grads, uncertainty(grads.d_log_x, cov), blind, d_tail
 
 
-def format_report(report: Report, query_ids=None, top: int = 5) -> str:
+def format_report(
+    report: Report, query_ids: Sequence[object] | np.ndarray | None = None, top: int = 5
+) -> str:
     """Returns a plain-text summary: decay, uncertainty, and the queries and positives behind it.
 
     The table lists the `top` queries with the largest share of the hardness-noise variance

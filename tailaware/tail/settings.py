@@ -73,7 +73,7 @@ class TailSettings:
     score_bound: float = 1.0
     eb_shift: float = 0.02
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.top_m < 2:
             raise ValueError(f"top_m must be >= 2, got {self.top_m}")
         if not 0.0 < self.threshold_quantile < 1.0:
