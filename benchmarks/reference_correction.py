@@ -31,6 +31,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -47,15 +48,15 @@ NPM = "/work/.library/env/packages/npm.tsv"
 FIRST_TOKENS = 8  # the "first n tokens" encoder: n word pieces, then [SEP]
 
 
-def _cached_minilm(texts):
+def _cached_minilm(texts: Sequence[str]) -> np.ndarray:
     raise RuntimeError("the MiniLM cache is incomplete: run benchmarks/text_galleries.py first")
 
 
-def _pools(model: tb.MiniLM):
+def _pools(model: tb.MiniLM) -> Callable[[Sequence[str]], np.ndarray]:
     """Returns an encoder of texts to [n, 2 H]: MiniLM's CLS token and max-pooled states, each
     L2-normalised (one forward pass for both poolings)."""
 
-    def encode(texts):
+    def encode(texts: Sequence[str]) -> np.ndarray:
         lengths = [len(t) for t in model.tokenizer(list(texts), truncation=True)["input_ids"]]
         order = np.argsort(lengths, kind="stable")
         out = np.zeros((len(texts), 2 * tb.MINILM_DIM), np.float32)
@@ -69,9 +70,9 @@ def _pools(model: tb.MiniLM):
     return encode
 
 
-def build(workdir: str, minilm_cache: str, max_instances: int, distractors: int):
-    """Returns ({encoder: embeddings [n, d]}, query rows, positive slots [Q, P], distractor
-    rows) of the dev benchmark, rows into the embeddings."""
+def build(workdir: str, minilm_cache: str, needed: set, max_instances: int, distractors: int):
+    """Returns ({encoder: embeddings [n, d]} of MiniLM and the `needed` encoders, query rows,
+    positive slots [Q, P], distractor rows) of the dev benchmark, rows into the embeddings."""
     packages = tb.read_npm(NPM)
     dev_rows = np.flatnonzero(tb.split_mask(packages.names, "dev"))
     dev = packages.take(dev_rows)
@@ -83,15 +84,17 @@ def build(workdir: str, minilm_cache: str, max_instances: int, distractors: int)
     texts = [str(dev.summaries[r]) for r in rows]
     t0 = time.monotonic()
     out = {}
-    model = tb.MiniLM(max_len=FIRST_TOKENS + 2)  # [CLS], n word pieces, [SEP]
-    out["first8"] = tb.embed_cached(texts, model, os.path.join(workdir, "minilm_first8"))
-    model.max_len = 128
-    pools = tb.embed_cached(texts, _pools(model), os.path.join(workdir, "minilm_pools"))
-    out["cls"], out["max"] = pools[:, : tb.MINILM_DIM], pools[:, tb.MINILM_DIM :]
+    if "first8" in needed:
+        model = tb.MiniLM(max_len=FIRST_TOKENS + 2)  # [CLS], n word pieces, [SEP]
+        out["first8"] = tb.embed_cached(texts, model, os.path.join(workdir, "minilm_first8"))
+    if needed & {"cls", "max"}:
+        pools = tb.embed_cached(texts, _pools(tb.MiniLM()), os.path.join(workdir, "minilm_pools"))
+        out["cls"], out["max"] = pools[:, : tb.MINILM_DIM], pools[:, tb.MINILM_DIM :]
     every = tb.embed_cached(list(packages.summaries), _cached_minilm, minilm_cache)
     out["minilm"] = every[dev_rows[rows]]
     print(f"encoders of {len(texts)} texts in {time.monotonic() - t0:.0f} s", flush=True)
-    out["lsa128"] = tb.lsa(texts, dim=128)
+    if "lsa128" in needed:
+        out["lsa128"] = tb.lsa(texts, dim=128)
     q = len(instances)
     width = max(len(i.positives) for i in instances)
     slots = np.full((q, width), -1, np.int64)
@@ -131,20 +134,20 @@ def main():
     parser.add_argument("--pairs", default="", help="target:reference,... (default: all)")
     args = parser.parse_args()
     t0 = time.monotonic()
+    pairs = [("minilm", r) for r in FORWARD] + [(r, "minilm") for r in REVERSE]
+    if args.pairs:
+        pairs = [tuple(p.split(":")) for p in args.pairs.split(",")]
+    used = sorted({name for pair in pairs for name in pair})
     emb, q_rows, slots, d_rows = build(
-        args.workdir, args.minilm_cache, args.instances, args.distractors
+        args.workdir, args.minilm_cache, set(used), args.instances, args.distractors
     )
     minilm = emb["minilm"]
     emb["pca256"] = pca(minilm, 256)
     emb["float16"] = tb.l2_normalize(minilm.astype(np.float16).astype(np.float32))
     emb["int8"] = int8(minilm)
-    pairs = [("minilm", r) for r in FORWARD] + [(r, "minilm") for r in REVERSE]
-    if args.pairs:
-        pairs = [tuple(p.split(":")) for p in args.pairs.split(",")]
     settings = PredictSettings(k=args.k)
     counting = dataclasses.replace(settings, estimator="count")
     only_map = (metrics.METRICS["map"],)
-    used = sorted({name for pair in pairs for name in pair})
     systems = {
         name: paired.System.from_embeddings(emb[name], q_rows, slots, d_rows) for name in used
     }
