@@ -224,7 +224,7 @@ def reference_json(c: reference.Correction, inputs: reference.Inputs) -> dict:
     }
 
 
-def _float_or_nan(v) -> float:
+def _float_or_nan(v: float | None) -> float:
     return float("nan") if v is None else float(v)
 
 
