@@ -44,8 +44,8 @@ from tailaware.configs import ilias as ilias_config
 from tailaware.core import evaluate, metrics
 from tailaware.io import features
 from tailaware.jobs import ilias
-from tailaware.protocol import schema
-from tailaware.sim import synthetic
+from tailaware.protocol import comparison, reference, schema
+from tailaware.sim import paired, synthetic
 from tailaware.tail import estimators
 
 # %% [markdown]
@@ -188,3 +188,59 @@ for value in folder_result.report.values:
     lo, hi = value.ci90
     key = f"{value.section} {value.key}".strip()
     print(f"{key:<52}{value.value:7.2f}  [{lo:6.2f}, {hi:6.2f}]  ({value.num_queries} queries)")
+
+# %% [markdown]
+# ## Correcting with a reference model's exact run
+#
+# The common question is "is B better than A", where A (the baseline, the last checkpoint) has
+# already been run over the whole gallery. Its exact counts, and its scores of the items in B's
+# sample, then correct B's prediction. The correction takes today's known error on A off B's
+# prediction, scaled by a weight lambda tuned on the sample (docs/estimators.md, "Correcting
+# with a reference model's exact run"). Here the gallery is the first 50k distractors. B is the
+# benchmark's 64-d embedding and A keeps its top 63 principal directions (an ablation).
+# `paired.System` scores each model against every distractor, which gives the brute-force truth
+# and A's exact run. `paired.draw` gives both models' sampled scores of one 5% sample, paired
+# item by item by distractor id.
+
+# %%
+_, distractors = next(synthetic.distractor_blocks(bench, block=50_000))
+q = len(bench.queries)
+emb_b = np.concatenate([bench.queries, bench.positives, distractors])
+slots = np.stack([q + np.flatnonzero(bench.positive_instance == i) for i in bench.query_instance])
+rows = (np.arange(q), slots, np.arange(q + len(bench.positives), len(emb_b)))
+_, _, vt = np.linalg.svd(distractors, full_matrices=False)
+emb_a = emb_b @ vt[:63].T
+emb_a /= np.linalg.norm(emb_a, axis=1, keepdims=True)
+system_b = paired.System.from_embeddings(emb_b, *rows)
+system_a = paired.System.from_embeddings(emb_a, *rows)
+sampled_b = paired.draw(system_b, 0.05, seed=0, top_m=1000)
+sampled_a = paired.draw(system_a, 0.05, seed=0, top_m=1000)
+run_a = system_a.reference_counts(k)  # what A's exact ILIAS run writes (reference_counts.npz)
+
+correction = reference.correct(
+    sampled_b, sampled_a, run_a, settings, reference.ReferenceSettings(replicates=20)
+)
+m = correction.metrics[f"map@{k}"]
+true_b, true_a = system_b.exact_map(k), system_a.exact_map(k)
+print(f"B, mAP@{k} at N = {run_a.n_distractors:,}: true {true_b:.4f}")
+print(f"  today's prediction (sample only)  {m.uncorrected:.4f}")
+print(
+    f"  corrected by A (lambda {m.lam:.2f})      {m.value:.4f}  [{m.ci90[0]:.4f}, {m.ci90[1]:.4f}]"
+)
+print(f"  today's error on A, known exactly {m.reference_error:+.4f} (A's exact {true_a:.4f})")
+
+# %% [markdown]
+# Comparing B with A's run needs no prediction of A: A's value is exact, so B - A is B's
+# corrected value minus it, and its interval is the corrected estimate's alone (the
+# compare job given B's prediction.json and A's reference_counts.npz:
+# `python launch.py --config=configs/compare.py --config.a=B/prediction.json
+# --config.b=A/reference_counts.npz --workdir=DIR`). The correction removes only the part of
+# today's error that A shares; when the two models' errors differ, some remains, and the
+# interval, which measures sampling noise alone, does not hold it. How well this works on real
+# text pairs: docs/validation.md, "Correcting with a reference model's exact run".
+
+# %%
+diff = comparison.against_reference(correction, k=k).ap
+lo, hi = diff.ci90
+print(f"B - A: true {true_b - true_a:+.4f}; from the correction {diff.difference:+.4f}")
+print(f"  90% interval, these queries [{lo:+.4f}, {hi:+.4f}]; resolved: {diff.resolved}")

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from tailaware.configs import compare as compare_config
 from tailaware.configs import predict as predict_config
 from tailaware.io import errors, features, reference_counts
 from tailaware.io import scores as scores_lib
+from tailaware.jobs import compare as compare_job
 from tailaware.jobs import ilias
 from tailaware.jobs import predict as predict_job
-from tailaware.protocol import reference
+from tailaware.protocol import comparison, reference
 from tailaware.protocol.settings import PredictSettings
 from tailaware.sim import paired
 from tests.test_ilias import ROWS, SHARDS, config, make_folder, official_map
@@ -233,3 +235,83 @@ def test_predict_job_writes_the_correction_and_names_mismatched_files(tmp_path, 
     c.reference_scores = ""
     with pytest.raises(errors.InputError, match="reference_scores"):
         predict_job.run(c, str(tmp_path / "w4"))
+
+
+def test_against_reference_is_the_corrected_estimate_minus_the_exact_run():
+    """The difference with the reference's exact run: the corrected value minus the exact one,
+    for these queries with the corrected estimate's sd alone (written out here); over queries
+    like these, wider; the sides swapped flip its sign."""
+    rng = np.random.default_rng(0)
+    exact_q = rng.beta(0.6, 0.9, 200)
+    corrected_q = np.clip(exact_q + 0.01 + 0.02 * rng.standard_normal(200), 0, 1)
+    m = reference.MetricCorrection(
+        label="map@10",
+        value=float(corrected_q.mean()),
+        uncorrected=0.5,
+        difference=0.5,
+        lam=0.9,
+        sd=0.003,
+        ci90=(0.0, 1.0),
+        sd_uncorrected=0.02,
+        sd_difference=0.01,
+        bias=0.0,
+        per_query=corrected_q,
+        exact=float(exact_q.mean()),
+        exact_per_query=exact_q,
+    )
+    c = reference.Correction(
+        {"map@10": m}, n_distractors=1000, n_sample=10, replicates=5, share_paired=1.0
+    )
+    got = comparison.against_reference(c, k=10).ap
+    d = float(np.mean(corrected_q - exact_q))
+    assert got.difference == pytest.approx(d) and got.sd == pytest.approx(0.003)
+    assert got.ci90 == pytest.approx((d - 1.6448536 * 0.003, d + 1.6448536 * 0.003))
+    assert got.ci90_queries[0] < got.ci90[0] and got.ci90_queries[1] > got.ci90[1]
+    assert (got.value_a, got.value_b) == (m.value, m.exact) and got.resolved
+    rev = comparison.against_reference(c, k=10, reference_first=True).ap
+    assert rev.difference == pytest.approx(-d) and rev.value_a == m.exact
+
+
+def test_compare_with_the_reference_run_covers_the_true_difference_more_tightly(tmp_path):
+    """User path: B predicted with A's exact run as the reference, then compared with that run.
+    The interval covers the brute-force B - A and is narrower than the comparison of B's and
+    A's uncorrected predictions (each with its nested bootstrap)."""
+    target, ref = gallery(0.999)
+    truth = target.exact_map(K_SIM) - ref.exact_map(K_SIM)
+    b = paired.draw(target, FRACTION, seed=0)
+    a = paired.draw(ref, FRACTION, seed=0)
+    paths = {name: str(tmp_path / f"{name}.npz") for name in ("b", "a", "counts")}
+    scores_lib.save_scores(paths["b"], b)
+    scores_lib.save_scores(paths["a"], a)
+    reference_counts.save(paths["counts"], ref.reference_counts(K_SIM))
+    for name, scores_path in (("B", paths["b"]), ("A", paths["a"])):
+        c = predict_config.get_config()
+        c.scores, c.n_target, c.k = scores_path, N_SIM, K_SIM
+        c.protocol.nested_replicates = 10
+        if name == "B":
+            c.reference, c.reference_scores = paths["counts"], paths["a"]
+            c.reference_replicates = 10
+        predict_job.run(c, str(tmp_path / name))
+    c = compare_config.get_config()
+    c.a, c.b = str(tmp_path / "B" / "prediction.json"), paths["counts"]
+    compare_job.run(c, str(tmp_path / "with"))
+    got = json.loads((tmp_path / "with" / "comparison.json").read_text())
+    c.b = str(tmp_path / "A" / "prediction.json")
+    compare_job.run(c, str(tmp_path / "without"))
+    plain = json.loads((tmp_path / "without" / "comparison.json").read_text())
+    assert got["reference"]["side"] == "b" and got["reference"]["counts"] == paths["counts"]
+    assert got["map_b"] == pytest.approx(ref.exact_map(K_SIM), abs=1e-9)
+    lo, hi = got["ci90"]
+    assert lo <= truth <= hi and got["ci90_queries"][0] <= truth <= got["ci90_queries"][1]
+    assert hi - lo < 0.5 * (plain["ci90"][1] - plain["ci90"][0])
+    # The sides swapped: A - B; another run than the one B was corrected with: one line.
+    c.a, c.b = paths["counts"], str(tmp_path / "B" / "prediction.json")
+    compare_job.run(c, str(tmp_path / "swapped"))
+    swapped = json.loads((tmp_path / "swapped" / "comparison.json").read_text())
+    assert swapped["difference"] == pytest.approx(-got["difference"])
+    reference_counts.save(paths["counts"], target.reference_counts(K_SIM))
+    with pytest.raises(errors.InputError, match="counts.npz: field 'metric_values'"):
+        compare_job.run(c, str(tmp_path / "other"))
+    c.b = str(tmp_path / "A" / "prediction.json")
+    with pytest.raises(errors.InputError, match="prediction.json: field 'reference'"):
+        compare_job.run(c, str(tmp_path / "unreferenced"))

@@ -17,6 +17,7 @@ positive slots, the same N and k, else an `InputError` naming the file and the f
 """
 
 import os
+import zipfile
 from typing import NamedTuple, NoReturn
 
 import numpy as np
@@ -96,6 +97,17 @@ def load(path: str | os.PathLike) -> ReferenceCounts:
       InputError: naming the file, the field and what was expected.
     """
     return _validate(atomic.read_npz(path, WHAT), os.fspath(path))
+
+
+def looks_like(path: str | os.PathLike) -> bool:
+    """Returns whether `path` is an `.npz` archive with a reference-counts file's own fields (to
+    tell it from other `.npz` inputs; `load` validates it)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = {n.removesuffix(".npy") for n in z.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return {"counts", "metric_names", "metric_values"} <= names
 
 
 def check(ref: ReferenceCounts, scores: SampledScores, *, k: int, source: str) -> None:

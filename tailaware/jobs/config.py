@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tailaware.core import metrics as core_metrics
+from tailaware.io import reference_counts
 from tailaware.io.errors import InputError, MissingInput
 from tailaware.protocol import reference
 from tailaware.protocol.settings import IntervalSettings, PredictSettings, ProtocolSettings
@@ -239,7 +240,7 @@ def check_compare(config) -> None:
         if not path:
             raise fail(name, "a prediction.json or hardness.npz (the predict job's)")
         existing_file(name, path, "a prediction.json or hardness.npz (the predict job's)")
-        if path.endswith(".npz"):
+        if path.endswith(".npz") and not reference_counts.looks_like(path):
             check(config, "n_target", at_least(1), "N >= 1, the N to compare hardness artifacts at")
     check(config, "replicates", at_least(1), "bootstrap replicates >= 1")
     predict_settings(config)

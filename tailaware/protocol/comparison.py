@@ -10,6 +10,12 @@ resolution): the bootstrap resamples queries once per replicate and takes the me
 of the two systems on the same resample, which cancels the between-query variance both share,
 and the terms above widen its interval.
 
+A system corrected by a reference model's exact run (`reference`) is compared with that reference
+by `against_reference`: the reference's value is exact, so the difference's only uncertainty for
+these queries is the corrected estimate's (its joint bootstrap over the sampled items), and the
+paired query bootstrap of the per-query differences adds the queries' term; no tail-model term
+is added, as the correction carries none.
+
 Reported: the difference and both intervals, P(A beats B) on these queries, and the smallest
 margin the sample can resolve: the difference at which the 90% interval would just exclude 0,
 i.e. z_0.95 times the difference's sd.
@@ -19,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from tailaware.core.results import Comparison, MetricPrediction, Paired, Prediction
-from tailaware.protocol import intervals
+from tailaware.protocol import intervals, reference
 from tailaware.protocol.settings import IntervalSettings
 
 
@@ -169,3 +175,39 @@ def compare(
             **got,
         )
     return Comparison(n_target=a.n_target, k=a.k, metrics=out)
+
+
+def against_reference(
+    correction: reference.Correction,
+    *,
+    k: int,
+    num_replicates: int = 1000,
+    seed: int = 0,
+    reference_first: bool = False,
+) -> Comparison:
+    """Returns the `Comparison` of a prediction corrected by a reference's exact run with that
+    reference: target - reference (reference - target with `reference_first`), every metric of
+    the correction, on the same query resamples.
+
+    For these queries the difference is the corrected value minus the reference's exact one,
+    with the corrected value's joint bootstrap sd (the reference adds none); over queries like
+    these, the paired query bootstrap of the per-query differences, widened by it (`paired`).
+    The correction is at N = `correction.n_distractors`, the reference run's N.
+    """
+    out = {}
+    for label, m in correction.metrics.items():
+        sides = (m.per_query, m.exact_per_query)
+        values = (m.value, m.exact)
+        sds = (m.sd, 0.0)
+        if reference_first:
+            sides, values, sds = sides[::-1], values[::-1], sds[::-1]
+        got = paired(
+            aps_a=sides[0],
+            aps_b=sides[1],
+            num_replicates=num_replicates,
+            seed=seed,
+            sd_distractor_a=sds[0],
+            sd_distractor_b=sds[1],
+        )
+        out[label] = Paired(value_a=values[0], value_b=values[1], **got)
+    return Comparison(n_target=correction.n_distractors, k=k, metrics=out)

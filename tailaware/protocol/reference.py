@@ -95,6 +95,8 @@ class MetricCorrection(NamedTuple):
       bias: V_T - V_D, today's estimated bias.
       per_query: [Q] the corrected per-query values.
       reference_error: form "ppi": today's estimator's error on the reference, V_T^A - V_A.
+      exact, exact_per_query: the reference's exact value V_A and its [Q] per-query values:
+        what `value` and `per_query` are compared against (`comparison.against_reference`).
     """
 
     label: str
@@ -109,6 +111,8 @@ class MetricCorrection(NamedTuple):
     bias: float
     per_query: np.ndarray
     reference_error: float = float("nan")
+    exact: float = float("nan")
+    exact_per_query: np.ndarray | None = None
 
 
 class Correction(NamedTuple):
@@ -285,11 +289,11 @@ def correct(
     no_spread = dataclasses.replace(
         settings, tail=dataclasses.replace(settings.tail, tie_share=float("inf"))
     )
+    exact_a = np.where(mask, counts.counts[:, : mask.shape[1]] + reference.fixed_counts, -1)
+    v_a = _realized(metric_list, exact_a, mask, k)  # A's exact metric
     ppi = ref_settings.form == "ppi"
-    if ppi:  # today's estimator on A's sample, and A's exact metric
+    if ppi:  # today's estimator on A's sample
         v_ta = today(reference, settings, n, metric_list)
-        exact_a = np.where(mask, counts.counts[:, : mask.shape[1]] + reference.fixed_counts, -1)
-        v_a = _realized(metric_list, exact_a, mask, k)
         spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
     rep_t, rep_d, rep_ta = [], [], []
     for r in range(ref_settings.replicates):
@@ -346,6 +350,8 @@ def correct(
             bias=bias,
             per_query=per_query,
             reference_error=ref_error,
+            exact=float(v_a[i].mean()),
+            exact_per_query=v_a[i],
         )
     return Correction(
         metrics=out,

@@ -204,6 +204,9 @@ def reference_json(c: reference.Correction, inputs: reference.Inputs) -> dict:
             "sd_uncorrected": m.sd_uncorrected,
             "sd_difference": m.sd_difference,
             "per_query": [float(v) for v in m.per_query],
+            "exact": m.exact,
+            "exact_per_query": [float(v) for v in m.exact_per_query],
+            "reference_error": None if np.isnan(m.reference_error) else m.reference_error,
         }
         for label, m in c.metrics.items()
     }
@@ -220,6 +223,54 @@ def reference_json(c: reference.Correction, inputs: reference.Inputs) -> dict:
         "uncorrected": first.uncorrected,
         "metrics": metrics_out,
     }
+
+
+def _float_or_nan(v: float | None) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def correction_from_json(block: dict, source: str = "prediction.json") -> reference.Correction:
+    """Returns the `reference.Correction` of prediction.json's `reference` block, as far as a
+    comparison with the reference needs it (per metric: the corrected value, its sd and
+    per-query values, the reference's exact ones).
+
+    Raises:
+      InputError: naming `source` and the missing field (a file written before the block held
+        the reference's exact values needs its prediction rerun).
+    """
+    out = {}
+    try:
+        for label, m in block["metrics"].items():
+            for field in ("exact", "exact_per_query"):
+                if field not in m:
+                    raise field_error(
+                        source, f"reference.metrics.{label}.{field}", "missing (rerun predict)"
+                    )
+            out[label] = reference.MetricCorrection(
+                label=label,
+                value=float(m["value"]),
+                uncorrected=float(m["uncorrected"]),
+                difference=float(m["difference"]),
+                lam=float(m["lambda"]),
+                sd=float(m["sd"]),
+                ci90=(float(m["ci90"][0]), float(m["ci90"][1])),
+                sd_uncorrected=float(m["sd_uncorrected"]),
+                sd_difference=float(m["sd_difference"]),
+                bias=float(m["bias"]),
+                per_query=np.asarray(m["per_query"], np.float64),
+                reference_error=_float_or_nan(m.get("reference_error")),
+                exact=float(m["exact"]),
+                exact_per_query=np.asarray(m["exact_per_query"], np.float64),
+            )
+        return reference.Correction(
+            metrics=out,
+            n_distractors=int(block["n_distractors"]),
+            n_sample=int(block["n_sample"]),
+            replicates=int(block["replicates"]),
+            share_paired=float(block["share_paired"]),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise InputError(f"{source}: not a predict job's `reference` block ({e!r})") from e
 
 
 def report_json(r: Report) -> dict:
