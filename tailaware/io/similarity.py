@@ -193,7 +193,7 @@ def align(
     if not found.all() or lists.query_ids.size != query_ids.size:
         missing = query_ids[~found]
         what = (
-            f"lacks query {missing[0]!r}"
+            f"lacks query {str(missing[0])!r}"
             if missing.size
             else f"holds {lists.query_ids.size} queries, not the {query_ids.size} scored"
         )
