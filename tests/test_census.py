@@ -14,7 +14,8 @@ import pytest
 from tailaware.core import design, sampling
 from tailaware.io import errors, features, similarity
 from tailaware.io import scores as scores_lib
-from tailaware.jobs import ilias
+from tailaware.configs import predict as predict_config
+from tailaware.jobs import ilias, predict
 from tailaware.protocol import census
 from tailaware.tail import estimators
 from tailaware.tail.settings import TailSettings
@@ -237,6 +238,15 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     with open(os.path.join(work, "prediction.json")) as f:
         written = json.load(f)
     assert written["n_target"] == len(ids_all) and "uniform_only" in written["baselines"]
+    # The predict job reads the census from the file alone and predicts the same.
+    pc = predict_config.get_config()
+    pc.scores = os.path.join(work, "sampled_scores.npz")
+    pc.n_target, pc.k, pc.evt.top_m = len(ids_all), 10, 20
+    pc.protocol.nested_replicates = 0
+    predict.run(pc, str(tmp_path / "p"))
+    with open(tmp_path / "p" / "prediction.json") as f:
+        again = json.load(f)
+    assert again["map"] == pytest.approx(result.map, abs=1e-9)
 
 
 def test_ilias_job_rejects_a_proxy_of_other_queries(tmp_path):
