@@ -11,10 +11,10 @@ import pickle
 import numpy as np
 import pytest
 
+from tailaware.configs import predict as predict_config
 from tailaware.core import design, sampling
 from tailaware.io import errors, features, similarity
 from tailaware.io import scores as scores_lib
-from tailaware.configs import predict as predict_config
 from tailaware.jobs import ilias, predict
 from tailaware.protocol import census
 from tailaware.tail import estimators
