@@ -191,7 +191,7 @@ def main() -> None:
         prx = load(os.path.join(root, p_name, "features"))
         if not (np.array_equal(tgt.qids, prx.qids) and np.array_equal(tgt.dids, prx.dids)):
             raise ValueError(f"{t_name} and {p_name} are not the same benchmark's ids")
-        enc = lambda name: name.split("-")[1]
+        enc = lambda name: (name.split("-") + [name])[1]
         base = f"{t_name} <- {enc(p_name)}"
         n_q = len(tgt.qids)
         order = np.argsort(sampling.hash_uniform(tgt.qids, 38))

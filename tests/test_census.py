@@ -258,3 +258,14 @@ def test_ilias_job_rejects_a_proxy_of_other_queries(tmp_path):
     c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=bad)
     with pytest.raises(errors.InputError, match="other.pkl: field 'query_ids'"):
         ilias.run(c, str(tmp_path / "w"))
+
+
+def test_proxy_flags_are_checked(tmp_path):
+    folder = make_folder(str(tmp_path / "f"))
+    proxy, *_ = _proxy_file(folder, tmp_path / "proxy.pkl", k=5)
+    exact_run = config(folder, sample_fraction=1.0, proxy=proxy)
+    with pytest.raises(errors.InputError, match="--config.proxy: expected a sampled run"):
+        ilias.run(exact_run, str(tmp_path / "w0"))
+    short = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=proxy, census_depth=8)
+    with pytest.raises(errors.InputError, match="proxy.pkl: field 'ranks': lists of k = 5"):
+        ilias.run(short, str(tmp_path / "w1"))
