@@ -53,7 +53,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--census_share", type=float, default=0.5)
     p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
-    p.add_argument("--full", type=int, default=1, help="also the full query set (1) or not")
+    p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     return p.parse_args()
 
 
@@ -107,7 +107,7 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
     )
 
 
-def run_set(tgt, prx, rows, args, budgets, out, label) -> None:
+def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     """Appends one record per (budget, seed, design) for the queries `rows`."""
     s = tgt.q[rows] @ tgt.d.T
     allp = tgt.q[rows] @ tgt.p.T
@@ -128,7 +128,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label) -> None:
         in_census = np.where(np.isnan(pos), 0, scores_lib.count_above(
             np.sort(s[:, cen], axis=1)[:, ::-1], pos)).sum()  # fmt: skip
         found = in_census / max(np.where(np.isnan(pos), 0, k_exact).sum(), 1)
-        for seed in range(args.seeds):
+        for seed in range(seeds):
             t0 = time.monotonic()
             u = sampling.in_sample(tgt.dids, f, seed)
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
@@ -198,9 +198,11 @@ def main() -> None:
         n_sets = min(args.max_sets, n_q // args.set_size)
         for i in range(n_sets):
             rows = np.sort(order[i * args.set_size : (i + 1) * args.set_size])
-            run_set(tgt, prx, rows, args, budgets, records, f"{base}, {args.set_size} q")
-        if args.full:
-            run_set(tgt, prx, np.arange(n_q), args, budgets, records, f"{base}, all {n_q} q")
+            label = f"{base}, {args.set_size} q"
+            run_set(tgt, prx, rows, args, budgets, records, label, args.seeds)
+        if args.full_seeds:
+            label = f"{base}, all {n_q} q"
+            run_set(tgt, prx, np.arange(n_q), args, budgets, records, label, args.full_seeds)
     print(table(records))
 
 
