@@ -42,4 +42,10 @@ def get_config(arg=None):
     c.reference = ""
     c.reference_scores = ""
     c.reference_replicates = 50  # joint bootstrap replicates, each reruns the estimator once
+    # Proxies: other models' similarity files (official layout, comma-separated) plan a census
+    # of the items they rank high, the rest sampled uniformly; sample_fraction stays the total
+    # embedded share (docs/estimators.md, "Census").
+    c.proxy = ""
+    c.census_share = 0.5  # the share of the budget the census may take (the depth rule)
+    c.census_depth = 0  # a fixed census depth (0: the deepest the share allows)
     return c

@@ -15,6 +15,12 @@ Q queries, M stored tail scores per query and P positives per query (padded).
 - `tail_ids` int64 [Q, M], optional: the distractor ids of `tail_scores` (-1 at padding). Two
   models scored on the same id-hash sample then pair item by item (a reference's correction,
   `tailaware.protocol.reference`).
+- `census_counts` int64 [Q, P], `n_census` int64 [] and `inclusion` float64 [], optional, all
+  three or none: a census design (`tailaware.core.design`). C = `n_census` items were embedded
+  with certainty and `census_counts` counts those strictly above each positive (exact, -1 at
+  padding); every other field then describes the sampled stratum alone: a uniform sample of the
+  other N - C items, each included with probability `inclusion`. Without them the file is a
+  uniform sample of the whole gallery, as before (`n_census` 0).
 
 Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
 outranks a positive only when its score is strictly greater.
@@ -55,6 +61,9 @@ class SampledScores:
     query_ids: np.ndarray | None = None
     reconciled: int = 0  # positives whose count was reconciled with a float32 tie on reading
     tail_ids: np.ndarray | None = None  # [Q, M] int64 ids of tail_scores, -1 at padding
+    census_counts: np.ndarray | None = None  # [Q, P] exact census items above each positive
+    n_census: int = 0  # C, the census size (0: a uniform sample of the whole gallery)
+    inclusion: float | None = None  # the sampled stratum's inclusion probability
 
     @property
     def mask(self) -> np.ndarray:
@@ -75,6 +84,7 @@ class SampledScores:
             fixed_counts=self.fixed_counts[queries],
             query_ids=None if self.query_ids is None else self.query_ids[queries],
             tail_ids=None if self.tail_ids is None else self.tail_ids[queries],
+            census_counts=None if self.census_counts is None else self.census_counts[queries],
         )
 
 
@@ -87,6 +97,9 @@ def make_scores(
     fixed_counts=None,
     query_ids=None,
     tail_ids=None,
+    census_counts=None,
+    n_census=None,
+    inclusion=None,
     source: str = "<arrays>",
 ) -> SampledScores:
     """Builds a validated `SampledScores` from arrays, casting to the file's dtypes.
@@ -106,6 +119,12 @@ def make_scores(
         fields["query_ids"] = np.asarray(query_ids, dtype=str)
     if tail_ids is not None:
         fields["tail_ids"] = np.asarray(tail_ids, dtype=np.int64)
+    if census_counts is not None:
+        fields["census_counts"] = np.asarray(census_counts, dtype=np.int64)
+    if n_census is not None:
+        fields["n_census"] = np.asarray(n_census, dtype=np.int64)
+    if inclusion is not None:
+        fields["inclusion"] = np.asarray(inclusion, dtype=np.float64)
     return _validate(fields, source)
 
 
@@ -124,6 +143,8 @@ def concatenate(samples, source: str = "<concatenated>") -> SampledScores:
     ):
         if len(sizes) != 1:
             raise errors.field_error(source, name, f"the samples differ ({sorted(sizes)})")
+    if any(sc.n_census for sc in samples):
+        raise errors.field_error(source, "n_census", "census designs cannot be concatenated")
     p = max(sc.pos_scores.shape[1] for sc in samples)
     cat = lambda name, width, fill: np.concatenate(
         [
@@ -157,6 +178,10 @@ def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
         arrays["query_ids"] = np.asarray(scores.query_ids, dtype=str)
     if scores.tail_ids is not None:
         arrays["tail_ids"] = scores.tail_ids
+    if scores.census_counts is not None:
+        arrays["census_counts"] = scores.census_counts
+        arrays["n_census"] = np.asarray(scores.n_census, dtype=np.int64)
+        arrays["inclusion"] = np.asarray(scores.inclusion, dtype=np.float64)
     atomic.write_npz(path, **arrays)
 
 
@@ -284,18 +309,35 @@ def _validate(fields: dict, src: str) -> SampledScores:
         ordered = np.sort(tail_ids, axis=1)
         if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any():
             fail("tail_ids", "an id repeats within a query's row")
-    return SampledScores(tail, pos, counts, s, fixed, query_ids, reconciled, tail_ids)
+    census, n_census, inclusion = _census(fields, valid, fail)
+    return SampledScores(
+        tail, pos, counts, s, fixed, query_ids, reconciled, tail_ids, census, n_census, inclusion
+    )
 
 
-FIELDS: tuple[str, ...] = (
-    "tail_scores",
-    "pos_scores",
-    "pos_counts",
-    "n_sample",
-    "fixed_counts",
-    "query_ids",
-)
-FIELDS += ("tail_ids",)
+FIELDS: tuple[str, ...] = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
+FIELDS += ("tail_ids", "census_counts", "n_census", "inclusion")
+
+
+def _census(fields: dict, valid: np.ndarray, fail) -> tuple[np.ndarray | None, int, float | None]:
+    """Returns the census fields (counts, C, inclusion) checked, or (None, 0, None)."""
+    names = ("census_counts", "n_census", "inclusion")
+    present = [n in fields for n in names]
+    if not any(present):
+        return None, 0, None
+    if not all(present):
+        fail(names[present.index(False)], "missing: a census needs all of " + ", ".join(names))
+    census, n_census, inclusion = (fields[n] for n in names)
+    _check_dtype(census, np.int64, "census_counts", fail)
+    if census.shape != valid.shape:
+        fail("census_counts", f"expected the shape of pos_scores {valid.shape}, got {census.shape}")
+    if n_census.shape != () or n_census.dtype.kind not in "iu" or int(n_census) < 0:
+        fail("n_census", f"expected an integer scalar C >= 0, got {n_census.dtype} {n_census}")
+    if (valid & ((census < 0) | (census > int(n_census)))).any():
+        fail("census_counts", f"expected counts in [0, n_census = {int(n_census)}] at positives")
+    if inclusion.shape != () or inclusion.dtype.kind != "f" or not 0.0 < float(inclusion) <= 1.0:
+        fail("inclusion", f"expected a probability in (0, 1], got {inclusion}")
+    return np.where(valid, census, -1), int(n_census), float(inclusion)
 
 
 def _agree_with_tail(tail, pos, counts, valid, *, full, fail) -> tuple[np.ndarray, int]:

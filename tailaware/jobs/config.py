@@ -222,6 +222,7 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     check(config, "checkpoint_every_s", at_least(0.0), "seconds >= 0")
     check(config, "seed", at_least(0), "a seed >= 0")
     check_reference(config)
+    check_proxy(config)
     for flag, what in (
         ("positive_info", "positive_ids.txt, CSV id,scale,clutter"),
         ("taxonomy", "a taxonomy JSON: category -> subcategory -> sub-subcategory -> [names]"),
@@ -231,6 +232,32 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     settings = predict_settings(config)
     metadata(config)
     return settings
+
+
+def proxy_paths(config) -> list[str]:
+    """Returns `config.proxy`'s similarity files (comma-separated), in order."""
+    return [p.strip() for p in str(config.get("proxy", "")).split(",") if p.strip()]
+
+
+def check_proxy(config) -> None:
+    """Checks the census flags: the proxies exist, a sampled run, the depth rule's inputs."""
+    paths = proxy_paths(config)
+    if not paths:
+        return
+    if float(config.sample_fraction) >= 1.0:
+        raise fail("proxy", "a sampled run (sample_fraction < 1); an exact run needs no census")
+    for path in paths:
+        existing_file("proxy", path, "a similarity file (.pkl or .json, the official layout)")
+    share, depth = census_options(config)
+    if not 0.0 <= share < 1.0:
+        raise fail("census_share", "a share of the budget in [0, 1)", share)
+    if depth < 0:
+        raise fail("census_depth", "a rank >= 1, or 0 for the rule", depth)
+
+
+def census_options(config) -> tuple[float, int]:
+    """Returns (census_share, census_depth), with configs/ilias.py's defaults (0.5, 0)."""
+    return float(config.get("census_share", 0.5)), int(config.get("census_depth", 0))
 
 
 def check_compare(config) -> None:

@@ -11,6 +11,7 @@ the results are written. The folder's layout: `tailaware.io.ilias_folder`; the s
 `tailaware.search.scoring`. See `configs/ilias.py`.
 """
 
+import dataclasses
 import os
 import pickle
 import shutil
@@ -25,7 +26,7 @@ from tailaware.io import atomic, features, ilias_folder, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import config as config_lib
 from tailaware.protocol import budget, ilias_report, prediction, report
-from tailaware.search import exact, scoring
+from tailaware.search import census, exact, scoring
 
 
 def run(config, workdir: str) -> Prediction | None:
@@ -56,16 +57,36 @@ def run(config, workdir: str) -> Prediction | None:
     )
 
     m = int(settings.tail.top_m)
+    fraction, plan, fingerprint = float(config.sample_fraction), None, ""
+    if config.get("proxy", ""):  # a census design: the hash sample at the rest's rate
+        plan = census.plan(
+            config_lib.proxy_paths(config),
+            queries.ids,
+            positives.ids,
+            shards,
+            fraction=fraction,
+            seed=int(config.seed),
+            census_share=config_lib.census_options(config)[0],
+            depth=config_lib.census_options(config)[1],
+        )
+        fraction, fingerprint = plan.design.inclusion, f"+census:{plan.digest}"
+        logging.info(
+            "census of depth %d: %d items; the rest sampled at %.6f",
+            plan.design.depth,
+            plan.design.n_census,
+            fraction,
+        )
+    m_search = m + (plan.extra if plan else 0)
     backend = scoring.make_backend(
-        config.backend, queries.features, m, config.block_size, config.matmul_dtype
+        config.backend, queries.features, m_search, config.block_size, config.matmul_dtype
     )
     all_scores = backend.scores(positives.features)  # [Q, T], the same arithmetic as the search
     pos, fixed = exact.positive_scores(all_scores, slots, relevant)
     spec = scoring.SearchSpec(
-        float(config.sample_fraction),
+        fraction,
         int(config.seed),
-        m,
-        ilias_folder.fingerprint(queries, positives),
+        m_search,
+        ilias_folder.fingerprint(queries, positives) + fingerprint,
     )
     process, count = jax.process_index(), jax.process_count()
     partials = os.path.join(workdir, "partials")
@@ -89,17 +110,22 @@ def run(config, workdir: str) -> Prediction | None:
             f"{config.features}: no distractor in the {config.sample_fraction} sample of "
             f"{n_distractors}; raise --config.sample_fraction"
         )
+    uniform = None
+    if plan is not None:
+        scored = census.score(backend, plan, shards, pos)
+        state, whole = census.split(state, plan, scored, m)
+        uniform = _scores(whole, pos, slots, fixed, n_sample, queries.ids, workdir)
+        n_sample -= plan.extra
+        census.save(os.path.join(workdir, "design.npz"), plan, n_distractors, int(config.seed))
     counts = np.where(slots >= 0, state.counts, -1)
-    scores = scores_lib.make_scores(
-        state.vals,
-        pos,
-        counts,
-        n_sample,
-        fixed_counts=fixed,
-        query_ids=queries.ids,
-        tail_ids=np.where(np.isfinite(state.vals), state.ids, -1),
-        source=workdir,
-    )
+    scores = _scores(state, pos, slots, fixed, n_sample, queries.ids, workdir)
+    if plan is not None:
+        scores = dataclasses.replace(
+            scores,
+            census_counts=scored.counts,
+            n_census=plan.design.n_census,
+            inclusion=plan.design.inclusion,
+        )
     scores_lib.save_scores(os.path.join(workdir, "sampled_scores.npz"), scores)
     n_target = int(config.n_target) or n_distractors
     if config.sample_fraction == 1.0:
@@ -144,12 +170,27 @@ def run(config, workdir: str) -> Prediction | None:
             queries=config.queries,
             spec=groups,
             ref=ref,
+            uniform=uniform,
         )
     # The checkpoints resume an interrupted run; once its results are written they are only
     # disk (tens of MB a process). An interrupted run never gets here and keeps them.
     shutil.rmtree(partials, ignore_errors=True)
     logging.info("scored and evaluated in %.1f s", time.monotonic() - t0)
     return result
+
+
+def _scores(state, pos, slots, fixed, n_sample, query_ids, source) -> scores_lib.SampledScores:
+    """Returns the sampled scores of a finished search."""
+    return scores_lib.make_scores(
+        state.vals,
+        pos,
+        np.where(slots >= 0, state.counts, -1),
+        n_sample,
+        fixed_counts=fixed,
+        query_ids=query_ids,
+        tail_ids=np.where(np.isfinite(state.vals), state.ids, -1),
+        source=source,
+    )
 
 
 def report_spec(config, query_ids, positive_ids, slots) -> ilias_report.ReportSpec:

@@ -18,7 +18,7 @@ from absl import logging
 from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
 from tailaware.io.scores import SampledScores
-from tailaware.protocol import ilias_report, plots, prediction, reference, schema
+from tailaware.protocol import census, ilias_report, plots, prediction, reference, schema
 from tailaware.protocol.settings import PredictSettings
 
 
@@ -75,6 +75,7 @@ def report(
     queries: str | None = None,
     spec: ilias_report.ReportSpec | None = None,
     ref: reference.Inputs | None = None,
+    uniform: SampledScores | None = None,
 ) -> Prediction:
     """Predicts at `n_target` and writes prediction.json, its curve plot and the hardness
     artifact `hardness.npz` (with the reruns and the distractor sds; `metadata` joins the tail
@@ -83,7 +84,9 @@ def report(
     `queries` names the query set of an ILIAS job ("image" or "text"), kept in the output;
     `spec`, its official report's groups, adds the predicted report; `ref`, a reference model's
     exact run and sampled scores (`reference.load_inputs`), the corrected prediction
-    (`reference.correct`, prediction.json's `reference`).
+    (`reference.correct`, prediction.json's `reference`). A census design's file (`n_census`
+    > 0) is predicted pooled (`census.predict`; `uniform`, its hash sample over the whole
+    gallery, adds the uniform-only value beside it).
     """
     q, m = scores.tail_scores.shape
     what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
@@ -95,7 +98,13 @@ def report(
         "sub-samples"
     )
     with progress("estimating and predicting", stages):
-        hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
+        if scores.n_census:
+            if ref is not None:
+                raise ValueError("a reference correction of a census design is not supported")
+            hardness, p = census.predict(scores, settings, n_target, report=spec, uniform=uniform)
+            scores = census.fold(scores)  # the artifact's counts: the rest's, beside the census
+        else:
+            hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
     p = p._replace(queries=queries)
     provenance = {"evt": dataclasses.asdict(settings.tail), **(metadata or {})}
     art = artifact.from_hardness(

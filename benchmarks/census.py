@@ -1,0 +1,213 @@
+"""Census designs against uniform sampling at the same embedding budget, on dev text galleries.
+
+Issue #38. The target model's ILIAS-format folder and a proxy model's folder of the same
+benchmark (the same ids: `benchmarks/text_galleries.py` writes both, e.g.
+`dev-minilm-names` and `dev-lsa-names`) give, for each query set, the exact mAP@k (brute force
+over every distractor), the proxy's per-query top-D lists (brute force, the official
+similarity file's content) and, per budget f and hash seed:
+
+- uniform: the id-hash sample at f (`core/sampling.py`), predicted as today;
+- census: `core/design.plan` from the proxy's lists (census share of the budget
+  `--census_share`), the rest sampled at the rate that makes the total embedded share f, the
+  pooled prediction (`protocol/census.predict`).
+
+Query sets: the full set (queries x k / N as the benchmark has it) and disjoint sets of
+`--set_size` queries (ILIAS-like queries x k / N), split by a hash of the query id. Printed per
+(target, proxy, sets, budget): MAE, mean signed error and 90% coverage (the "these queries"
+interval) of mAP@k over sets and seeds, for both designs, the census size (share of N, x k per
+query) and the share of outrankers in it. Dev only; PyPI's summaries are never read.
+
+Command (after text_galleries.py has written the dev folders):
+  python benchmarks/census.py --cache=/work/cache/text \\
+      --pairs=dev-minilm-names:dev-lsa-names,dev-lsa-names:dev-minilm-names
+Runtime: ~1-3 s a prediction on 2 CPU cores; the default grid makes a few hundred.
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tailaware.core import design, metrics, sampling  # noqa: E402
+from tailaware.io import features, ilias_folder  # noqa: E402
+from tailaware.io import scores as scores_lib  # noqa: E402
+from tailaware.protocol import census, prediction  # noqa: E402
+from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
+from tailaware.search import exact  # noqa: E402
+from tailaware.tail.settings import TailSettings  # noqa: E402
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache", default="/work/cache/text")
+    p.add_argument("--pairs", default="dev-minilm-names:dev-lsa-names")
+    p.add_argument("--budgets", default="0.01,0.02")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--set_size", type=int, default=40, help="queries per ILIAS-like set")
+    p.add_argument("--max_sets", type=int, default=6, help="ILIAS-like sets per benchmark")
+    p.add_argument("--census_share", type=float, default=0.5)
+    p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
+    p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
+    p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
+    return p.parse_args()
+
+
+@dataclasses.dataclass
+class Folder:
+    """A benchmark's features (float32) and ground truth."""
+
+    qids: np.ndarray
+    q: np.ndarray
+    p: np.ndarray
+    d: np.ndarray
+    dids: np.ndarray
+    slots: np.ndarray
+    relevant: np.ndarray
+
+
+def load(path: str) -> Folder:
+    # LSA maps a text with no known term to the zero vector, which the readers refuse (not
+    # L2-normalised); here such rows just score 0 against everything.
+    features.check_normalised = lambda *_: None
+    queries = ilias_folder.read_split(path, features.IMAGE_QUERIES)
+    dim = queries.features.shape[1]
+    positives = ilias_folder.read_split(path, features.POSITIVES, dim=dim)
+    shards = sorted(ilias_folder.distractor_shards(path, dim, 0), key=lambda s: s.number)
+    d = np.concatenate([s.read_rows(np.arange(s.num_rows)) for s in shards]).astype(np.float32)
+    dids = np.concatenate([np.asarray(s.read_ids()).astype(str) for s in shards])
+    slots, relevant = ilias_folder.ground_truth(queries.ids, positives.ids)
+    f32 = lambda x: np.asarray(x, np.float32)
+    return Folder(
+        np.asarray(queries.ids), f32(queries.features), f32(positives.features), d, dids,
+        slots, relevant,
+    )  # fmt: skip
+
+
+def settings(k: int, nested: int) -> PredictSettings:
+    proto = ProtocolSettings(nested_replicates=nested, query_replicates=200, budget_levels=1)
+    return PredictSettings(k=k, tail=TailSettings(), protocol=proto)
+
+
+def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
+    """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N]."""
+    x = np.sort(s[:, sampled], axis=1)[:, ::-1]
+    counts = np.where(np.isnan(pos), -1, scores_lib.count_above(x, pos))
+    extra = {}
+    if census_mask is not None:
+        c = np.sort(s[:, census_mask], axis=1)[:, ::-1]
+        extra = dict(
+            census_counts=np.where(np.isnan(pos), -1, scores_lib.count_above(c, pos)),
+            n_census=int(census_mask.sum()),
+            inclusion=inclusion,
+        )
+    return scores_lib.make_scores(
+        x[:, :m], pos, counts, int(sampled.sum()), fixed_counts=fixed, **extra
+    )
+
+
+def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
+    """Appends one record per (budget, seed, design) for the queries `rows`."""
+    s = tgt.q[rows] @ tgt.d.T
+    allp = tgt.q[rows] @ tgt.p.T
+    pos, fixed = exact.positive_scores(allp, tgt.slots[rows], tgt.relevant[rows])
+    x_all = np.sort(s, axis=1)[:, ::-1]
+    k_exact = np.where(np.isnan(pos), -1, scores_lib.count_above(x_all, pos))
+    truth = metrics.map_from_counts(k_exact, args.k, fixed)
+    ps = prx.q[rows] @ prx.d.T
+    top = np.argpartition(-ps, args.depth, axis=1)[:, : args.depth]
+    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(ps, top, 1), axis=1), 1)
+    best = design.best_ranks([top], tgt.d.shape[0])
+    n = tgt.d.shape[0]
+    m = TailSettings().top_m
+    st = settings(args.k, args.nested)
+    for f in budgets:
+        plan = design.plan(best, f, census_share=args.census_share, max_depth=args.depth)
+        cen = plan.census
+        in_census = np.where(np.isnan(pos), 0, scores_lib.count_above(
+            np.sort(s[:, cen], axis=1)[:, ::-1], pos)).sum()  # fmt: skip
+        found = in_census / max(np.where(np.isnan(pos), 0, k_exact).sum(), 1)
+        for seed in range(seeds):
+            t0 = time.monotonic()
+            u = sampling.in_sample(tgt.dids, f, seed)
+            pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
+            rest = ~cen & sampling.in_sample(tgt.dids, plan.inclusion, seed)
+            sc = file_of(s, pos, fixed, rest, m, census_mask=cen, inclusion=plan.inclusion)
+            _, pc = census.predict(sc, st, n)
+            for name, p in (("uniform", pu), ("census", pc)):
+                lo, hi = p.interval.ci90.reported
+                out.append(
+                    dict(
+                        label=label, budget=f, seed=seed, design=name, truth=truth,
+                        value=p.map, lo=lo, hi=hi, share=plan.n_census / n,
+                        per_k=plan.n_census / (len(rows) * args.k), found=found,
+                        qkn=len(rows) * args.k / n, depth=plan.depth,
+                    )
+                )  # fmt: skip
+            print(
+                f"  {label} f={f:g} seed={seed}: truth {truth:.4f} uniform {pu.map:.4f} "
+                f"census {pc.map:.4f} (C={plan.n_census}, d={plan.depth}, found "
+                f"{100 * found:.0f}%) {time.monotonic() - t0:.0f}s",
+                flush=True,
+            )
+
+
+def table(records) -> str:
+    lines = [
+        "| target <- proxy | sets | Qk/N | budget | census % of N | x k per query | outrankers "
+        "in census | MAE uniform | MAE census | signed uniform | signed census | cover90 "
+        "uniform | cover90 census |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(r["label"], r["budget"]) for r in records})
+    for label, f in keys:
+        rs = [r for r in records if r["label"] == label and r["budget"] == f]
+        by = {d: [r for r in rs if r["design"] == d] for d in ("uniform", "census")}
+        err = {d: np.asarray([r["value"] - r["truth"] for r in v]) for d, v in by.items()}
+        cov = {d: np.mean([r["lo"] <= r["truth"] <= r["hi"] for r in v]) for d, v in by.items()}
+        c = by["census"]
+        lines.append(
+            f"| {label} | {len(c) // len({r['seed'] for r in c})} "
+            f"| {np.mean([r['qkn'] for r in c]):.3f} | {f:.0%} "
+            f"| {100 * np.mean([r['share'] for r in c]):.2f} "
+            f"| {np.mean([r['per_k'] for r in c]):.2f} "
+            f"| {100 * np.mean([r['found'] for r in c]):.0f}% "
+            f"| {np.abs(err['uniform']).mean():.4f} | {np.abs(err['census']).mean():.4f} "
+            f"| {err['uniform'].mean():+.4f} | {err['census'].mean():+.4f} "
+            f"| {cov['uniform']:.0%} | {cov['census']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = _parse()
+    budgets = [float(b) for b in args.budgets.split(",")]
+    records: list[dict] = []
+    for pair in args.pairs.split(","):
+        t_name, p_name = pair.split(":")
+        root = os.path.join(args.cache, "benchmarks")
+        tgt = load(os.path.join(root, t_name, "features"))
+        prx = load(os.path.join(root, p_name, "features"))
+        if not (np.array_equal(tgt.qids, prx.qids) and np.array_equal(tgt.dids, prx.dids)):
+            raise ValueError(f"{t_name} and {p_name} are not the same benchmark's ids")
+        enc = lambda name: (name.split("-") + [name])[1]
+        base = f"{t_name} <- {enc(p_name)}"
+        n_q = len(tgt.qids)
+        order = np.argsort(sampling.hash_uniform(tgt.qids, 38))
+        n_sets = min(args.max_sets, n_q // args.set_size)
+        for i in range(n_sets):
+            rows = np.sort(order[i * args.set_size : (i + 1) * args.set_size])
+            label = f"{base}, {args.set_size} q"
+            run_set(tgt, prx, rows, args, budgets, records, label, args.seeds)
+        if args.full_seeds:
+            label = f"{base}, all {n_q} q"
+            run_set(tgt, prx, np.arange(n_q), args, budgets, records, label, args.full_seeds)
+    print(table(records))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""A sampling design with a census: the items other models rank high, then a uniform rest.
+
+A proxy (another model's top lists over the same gallery and queries) ranks each item; an item
+is embedded once for all queries, so the strata are item-level, by the item's best rank over
+every query and proxy. The census holds every item ranked within depth d by some query; the
+rest is sampled uniformly by the id hash of `tailaware.core.sampling` at the rate that makes the
+total embedded share, census included, the budget f:
+
+    pi = (f N - C) / (N - C)    (C census items of N)
+
+so each embedded item's inclusion probability is 1 (census) or pi (the rest). The hash sample
+is drawn over all N ids (`in_sample(ids, pi)`), census included; its items outside the census
+are a uniform sample of the rest, and all of it is a uniform sample of the gallery (the
+uniform-only prediction beside the pooled one).
+
+The depth rule (docs/estimators.md, "Census"): the deepest d whose census fits in
+`census_share` of the budget (C(d) <= share f N), and no deeper than the proxies' lists.
+
+Shapes: N gallery items, Q queries, k list entries.
+"""
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+# An item no proxy lists: its best rank.
+UNRANKED = np.iinfo(np.int64).max
+
+
+class Design(NamedTuple):
+    """A census and a uniform rest.
+
+    Attributes:
+      census: [N] bool, the items embedded with certainty.
+      inclusion: pi, the rest's inclusion probability (the hash fraction).
+      depth: d, the census depth (best rank <= d); 0 without a census.
+      best_rank: [N] int64, each item's best (1-based) rank over the queries and proxies,
+        `UNRANKED` where no list holds it.
+    """
+
+    census: np.ndarray
+    inclusion: float
+    depth: int
+    best_rank: np.ndarray
+
+    @property
+    def n_census(self) -> int:
+        """C, the census size."""
+        return int(self.census.sum())
+
+
+def best_ranks(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """Returns [N] int64 each item's best 1-based rank over every row of `lists`.
+
+    Args:
+      lists: each [Q, k] int64 item indices in [0, N), best first; -1 where a list names no
+        gallery item (padding, or an item always in the database).
+      n: N.
+    """
+    best = np.full(n, UNRANKED, np.int64)
+    for ranks in lists:
+        ranks = np.asarray(ranks, np.int64)
+        if ranks.size == 0:
+            continue
+        rank = np.broadcast_to(np.arange(1, ranks.shape[1] + 1), ranks.shape)
+        real = ranks >= 0
+        np.minimum.at(best, ranks[real], rank[real])
+    return best
+
+
+def plan(
+    best_rank: np.ndarray,
+    fraction: float,
+    *,
+    census_share: float = 0.5,
+    depth: int = 0,
+    max_depth: int | None = None,
+) -> Design:
+    """Returns the census and the rest's rate for a total budget of `fraction` of N.
+
+    Args:
+      best_rank: [N] from `best_ranks`.
+      fraction: f, the total embedded share in (0, 1), census included.
+      census_share: the share of the budget the census may take (the depth rule); in [0, 1).
+      depth: a fixed census depth d (0: by the rule).
+      max_depth: the proxies' list depth, the deepest a rule can go (None: no cap).
+
+    Raises:
+      ValueError: a fixed depth whose census exceeds the budget, or an argument out of range.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1) for a census design, got {fraction}")
+    if not 0.0 <= census_share < 1.0:
+        raise ValueError(f"census_share must be in [0, 1), got {census_share}")
+    n = int(best_rank.size)
+    budget = fraction * n
+    ranked = np.sort(best_rank[best_rank != UNRANKED])
+    if depth:
+        d = int(depth)
+        c = int(np.searchsorted(ranked, d, side="right"))
+        if c >= budget:
+            raise ValueError(
+                f"a census of depth {d} holds {c:,} items, more than the budget "
+                f"{fraction} x {n:,} = {budget:,.0f}"
+            )
+    else:
+        # C(d) = items of best rank <= d; the deepest d with C(d) <= share * budget.
+        cap = census_share * budget
+        m = int(np.floor(cap))
+        # The rank of the first item that does not fit, minus one (all of them when all fit).
+        if ranked.size == 0:
+            d = 0
+        else:
+            d = int(ranked[-1]) if m >= ranked.size else int(ranked[m]) - 1
+        if max_depth is not None:
+            d = min(d, int(max_depth))
+        c = int(np.searchsorted(ranked, d, side="right"))
+    census = best_rank <= d if d else np.zeros(n, bool)
+    pi = (budget - c) / (n - c) if n > c else 1.0
+    return Design(census, float(pi), int(d), best_rank)

@@ -1,0 +1,166 @@
+"""A census design on an ILIAS-format folder: the proxies' census scored, the rest split off.
+
+The ILIAS job with proxies (`--config.proxy`) plans a census (`tailaware.core.design`) from
+the proxies' top lists (`tailaware.io.similarity`), searches the hash sample at the rest's rate
+pi over the whole folder with room for the census items it draws (`Plan.extra`), scores the
+census exactly (`score`), and splits the search into the sampled stratum (census items
+removed, their counts subtracted) and the uniform sample of the whole gallery (`split`).
+
+Shapes: Q queries, P positive slots, M kept scores, C census items, N distractors.
+"""
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from tailaware.core import design, sampling
+from tailaware.io import atomic, errors, similarity
+from tailaware.io.ilias_folder import Shard
+from tailaware.io.scores import count_above
+from tailaware.search.backends import global_ids, split_ids
+from tailaware.search.topk import TopState
+
+
+class Plan(NamedTuple):
+    """A census design over a folder's distractors.
+
+    Attributes:
+      design: the census and the rest's rate (`design.Design`), over the distractors in shard
+        order.
+      ids: [C] int64 the census items' engine ids (`backends.global_ids`), ascending.
+      drawn: [C] bool, which census items the hash sample at the rest's rate also holds.
+      names: [C] str the census items' ids in the folder.
+      best: [C] int64 their best ranks over the queries and proxies.
+    """
+
+    design: design.Design
+    ids: np.ndarray
+    drawn: np.ndarray
+    names: np.ndarray
+    best: np.ndarray
+
+    @property
+    def digest(self) -> str:
+        """A short digest of the census, so a checkpoint of another census is not resumed."""
+        return hashlib.sha256(self.ids.tobytes()).hexdigest()[:16]
+
+    @property
+    def extra(self) -> int:
+        """How many census items the hash sample draws: the search keeps this many more."""
+        return int(self.drawn.sum())
+
+
+def plan(
+    paths: Sequence[str],
+    query_ids: np.ndarray,
+    positive_ids: np.ndarray,
+    shards: Sequence[Shard],
+    *,
+    fraction: float,
+    seed: int,
+    census_share: float,
+    depth: int = 0,
+) -> Plan:
+    """Returns the census design of `fraction` of the distractors from the similarity files.
+
+    Raises:
+      InputError: naming a proxy file that is malformed, of other queries or ids, or shorter
+        than a fixed `depth`.
+    """
+    shards = sorted(shards, key=lambda s: s.number)
+    names = [np.asarray(s.read_ids()).astype(str) for s in shards]
+    gallery = np.concatenate(names) if names else np.zeros(0, str)
+    engine = np.concatenate(
+        [global_ids(s.number, np.arange(len(n))) for s, n in zip(shards, names, strict=True)]
+    )
+    lists = []
+    for path in paths:
+        top = similarity.read(path)
+        if depth and top.depth < depth:
+            raise errors.field_error(
+                path, "ranks", f"lists of k = {top.depth}; the census depth {depth} needs k >= it"
+            )
+        lists.append(similarity.align(top, query_ids, gallery, positive_ids))
+    best = design.best_ranks(lists, gallery.size)
+    max_depth = min(x.shape[1] for x in lists)
+    d = design.plan(best, fraction, census_share=census_share, depth=depth, max_depth=max_depth)
+    where = np.flatnonzero(d.census)
+    order = np.argsort(engine[where])
+    where = where[order]
+    drawn = sampling.in_sample(gallery[where], d.inclusion, seed) if where.size else where > 0
+    return Plan(d, engine[where], drawn, gallery[where], best[where])
+
+
+class Scored(NamedTuple):
+    """The census scored against the queries.
+
+    Attributes:
+      counts: [Q, P] int64 census items strictly above each positive (-1 at padding).
+      drawn_counts: [Q, P] int64 those of them the hash sample holds (0 at padding).
+    """
+
+    counts: np.ndarray
+    drawn_counts: np.ndarray
+
+
+# Census rows scored per block.
+BLOCK = 8192
+
+
+def score(backend, plan_: Plan, shards: Sequence[Shard], pos: np.ndarray) -> Scored:
+    """Returns the census's exact counts above each positive (`pos` [Q, P], NaN padded), scored
+    by `backend` with the search's arithmetic."""
+    by_number = {s.number: s for s in shards}
+    counts = np.zeros(pos.shape, np.int64)
+    drawn = np.zeros(pos.shape, np.int64)
+    shard_no, rows = split_ids(plan_.ids)
+    for number in np.unique(shard_no):
+        here = np.flatnonzero(shard_no == number)
+        for start in range(0, here.size, BLOCK):
+            part = here[start : start + BLOCK]
+            x = by_number[int(number)].read_rows(rows[part])
+            raw = backend.scores(x).astype(np.float32)
+            counts += count_above(np.sort(raw, axis=1)[:, ::-1], pos)
+            if plan_.drawn[part].any():
+                d = np.sort(raw[:, plan_.drawn[part]], axis=1)[:, ::-1]
+                drawn += count_above(d, pos)
+    mask = ~np.isnan(pos)
+    return Scored(np.where(mask, counts, -1), np.where(mask, drawn, 0))
+
+
+def split(state: TopState, plan_: Plan, scored: Scored, m: int) -> tuple[TopState, TopState]:
+    """Returns (the sampled stratum, the uniform sample of the whole gallery), each top-`m`.
+
+    `state` is the search at the rest's rate with `m + plan_.extra` kept scores: the stratum
+    drops the census items from each row (at most `extra`) and their counts.
+    """
+    uniform = TopState(state.vals[:, :m], state.ids[:, :m], state.counts)
+    keep = ~np.isin(state.ids, plan_.ids)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :m]  # kept entries first, in order
+    vals = np.where(
+        np.take_along_axis(keep, order, 1), np.take_along_axis(state.vals, order, 1), -np.inf
+    )
+    ids = np.where(np.isfinite(vals), np.take_along_axis(state.ids, order, 1), -1)
+    counts = np.maximum(state.counts - scored.drawn_counts, 0)
+    return TopState(vals.astype(np.float32), ids, counts), uniform
+
+
+def save(path: str | os.PathLike, plan_: Plan, n: int, seed: int) -> None:
+    """Writes the design's record (docs/outputs.md, "design.npz"): every census item with its
+    stratum (0) and inclusion probability (1), and the rest's rule (stratum 1: the ids whose
+    hash at `seed` is below `inclusion`, outside the census)."""
+    d = plan_.design
+    atomic.write_npz(
+        path,
+        census_ids=plan_.names.astype(str),
+        census_best_rank=plan_.best,
+        stratum=np.zeros(plan_.names.size, np.int64),
+        inclusion_probability=np.ones(plan_.names.size, np.float64),
+        inclusion=np.float64(d.inclusion),
+        depth=np.int64(d.depth),
+        n_distractors=np.int64(n),
+        seed=np.int64(seed),
+    )
