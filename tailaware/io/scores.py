@@ -315,7 +315,14 @@ def _validate(fields: dict, src: str) -> SampledScores:
     )
 
 
-FIELDS: tuple[str, ...] = ("tail_scores", "pos_scores", "pos_counts", "n_sample", "fixed_counts", "query_ids")
+FIELDS: tuple[str, ...] = (
+    "tail_scores",
+    "pos_scores",
+    "pos_counts",
+    "n_sample",
+    "fixed_counts",
+    "query_ids",
+)
 FIELDS += ("tail_ids", "census_counts", "n_census", "inclusion")
 
 

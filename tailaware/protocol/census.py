@@ -33,8 +33,8 @@ class Census(NamedTuple):
       n_census: C.
       share_of_n: C / N.
       per_query_k: C / (Q k), the census as a multiple of k per query.
-      found: the share of the positives' outrankers (estimated over the gallery) that the
-        census holds: the proxy's quality.
+      found: the share of the outrankers of the positives estimated within the top k
+        (estimated over the gallery) that the census holds: the proxy's quality.
     """
 
     n_census: int
@@ -49,7 +49,8 @@ def fold(scores: SampledScores) -> SampledScores:
     if scores.census_counts is None:
         return scores
     mask = scores.mask
-    fixed = np.where(mask, scores.fixed_counts + scores.census_counts, -1)
+    before = scores.fixed_counts if scores.fixed_counts is not None else 0
+    fixed = np.where(mask, before + scores.census_counts, -1)
     return dataclasses.replace(
         scores, fixed_counts=fixed, census_counts=None, n_census=0, inclusion=None
     )
@@ -58,13 +59,17 @@ def fold(scores: SampledScores) -> SampledScores:
 def describe(scores: SampledScores, n_target: int, k: int) -> Census:
     """Returns the census's size and the share of outrankers it holds (a Horvitz-Thompson
     estimate of the rest's: sampled counts over the sampling rate S / (N - C))."""
-    mask = scores.mask
+    assert scores.census_counts is not None, "describe needs a census design's scores"
     c = int(scores.n_census)
-    in_census = float(np.where(mask, scores.census_counts, 0).sum())
     rate = scores.n_sample / max(n_target - c, 1)
-    rest = float(np.where(mask, scores.pos_counts, 0).sum()) / rate
+    census = np.where(scores.mask, scores.census_counts, 0).astype(np.float64)
+    total = census + np.where(scores.mask, scores.pos_counts, 0) / rate
+    # Only positives that can score at k decide the metric; the far ones' outrankers would
+    # swamp the share (their counts are in the thousands).
+    near = scores.mask & (total < k)
+    in_census, all_found = float(census[near].sum()), float(total[near].sum())
     q = scores.num_queries
-    found = in_census / (in_census + rest) if in_census + rest > 0 else float("nan")
+    found = in_census / all_found if all_found > 0 else float("nan")
     return Census(c, c / n_target, c / (q * k), found)
 
 
@@ -95,8 +100,8 @@ def predict(
         f"CENSUS: {c:,} items embedded with certainty ({100 * info.share_of_n:.2f}% of N = "
         f"{n_target:,}; {info.per_query_k:.2f} x k per query), a uniform sample of "
         f"{scores.n_sample:,} of the other {n_target - c:,} (inclusion {scores.inclusion:.4g}); "
-        f"the census holds {100 * info.found:.1f}% of the positives' outrankers. The lines "
-        f"below speak of the rest (N - C = {n_target - c:,}) beside the census."
+        f"the census holds {100 * info.found:.1f}% of the outrankers of the positives within "
+        f"k. The lines below speak of the rest (N - C = {n_target - c:,}) beside the census."
     ]
     if uniform is not None:
         h_u = prediction.estimate(uniform, settings)
