@@ -50,7 +50,8 @@ import numpy as np
 from tailaware.core import law
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
-from tailaware.tail import evt
+from tailaware.tail import evt, plug_in
+from tailaware.tail.models import TailModel
 from tailaware.tail.settings import TailSettings
 
 LN10 = float(np.log(10.0))
@@ -384,7 +385,7 @@ def tail_params(fit: TailFit, n_sample) -> TailParams:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("settings", "method", "truncation"))
+@functools.partial(jax.jit, static_argnames=("settings", "model", "truncation"))
 def score_gradients(
     pos_scores,
     tail_scores,
@@ -397,20 +398,20 @@ def score_gradients(
     *,
     fixed=None,
     settings: TailSettings = TailSettings(),
-    method="mle",
+    model: TailModel = plug_in.PLUG_IN,
     truncation: law.Truncation = "smooth",
     tau=1.0,
 ):
     """Returns (d mAP / d pos_scores [Q, P], d mAP / d tail_scores [Q, M]) through the tail fit.
 
-    The tail-priced positives take `evt.log_tail_prob` (differentiated through the fitter
-    by implicit differentiation for method "mle"); the others keep `x`. A sampled score's
-    gradient says how much the prediction leans on that one distractor; a positive's says how
-    much a small change of its similarity would move mAP.
+    The tail-priced positives take `evt.log_tail_prob` of the tail `model` (differentiated
+    through the fitter by implicit differentiation for the default, the plug-in); the others
+    keep `x`. A sampled score's gradient says how much the prediction leans on that one
+    distractor; a positive's says how much a small change of its similarity would move mAP.
     """
 
     def f(pos, tail):
-        log_x = evt.log_tail_prob(pos, tail, n_sample, settings, method)
+        log_x = evt.log_tail_prob(pos, tail, n_sample, settings, model)
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
 
