@@ -265,8 +265,8 @@ def test_empirical_bayes_shift_moves_the_fitted_prior(scores):
     # two normals on the grid; a longer shift weighs longer tails more on every query.
     pos, tail, s = _inputs(scores, _settings())
     post = jax.jit(evt.posterior_atoms, static_argnums=3)
-    _, w0, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
-    _, w1, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
+    _, w0, _, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
+    _, w1, _, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
     np.testing.assert_array_equal(eb0, eb1)
     mu, tau = np.asarray(eb0, np.float64)
     xis = _grid(_settings())
@@ -342,8 +342,8 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk():
 
     def log10_x(settings):
         fn = jax.jit(lambda p, t: evt.posterior_atoms(p, t, float(sc.n_sample), settings))
-        atoms, weights, n_u, _, _ = jax.device_get(fn(pos, tail))
-        return np.asarray(evt.log_mean(atoms, weights)) / np.log(10), n_u
+        post = jax.device_get(fn(pos, tail))
+        return np.asarray(evt.log_mean(post.log_atoms, post.weights)) / np.log(10), post.n_selected
 
     selected, n_u = log10_x(TailSettings())
     fixed, n_fixed = log10_x(TailSettings(ad_critical=np.inf))  # every default threshold passes

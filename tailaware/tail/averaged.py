@@ -12,18 +12,16 @@ import jax.numpy as jnp
 
 from tailaware.tail import evt
 from tailaware.tail.functional import Core
-from tailaware.tail.models import Excesses, TailAtoms, TailModel
+from tailaware.tail.models import Excesses, TailModel
 from tailaware.tail.settings import TailSettings, averaged_share
 
 
 def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width=None):
     """Returns the posterior's atoms [Q, P, X] and weights [Q, X] at `averaged_share` of the
-    default threshold's excesses (`evt.posterior_atoms`; it selects its own threshold)."""
+    default threshold's excesses (`evt.posterior_atoms`; it selects its own threshold); they
+    converged where every shape's profile solve did."""
     del default
-    log_atoms, weights, n_selected, ad, prior = evt.posterior_atoms(
-        evt.nan_padded(c), c.tail, c.s, settings, factor=factor, width=width
-    )
-    return TailAtoms(log_atoms, weights, n_selected, ad, prior)
+    return evt.posterior_atoms(evt.nan_padded(c), c.tail, c.s, settings, factor=factor, width=width)
 
 
 def reruns(c: Core, settings: TailSettings, *, reruns: bool):

@@ -60,7 +60,7 @@ from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
 from tailaware.tail import functional, gpd
 from tailaware.tail.functional import ROUND_SLACK, Core, excess_count
-from tailaware.tail.models import Excesses, TailEstimate, TailModel
+from tailaware.tail.models import Excesses, TailAtoms, TailEstimate, TailModel
 from tailaware.tail.settings import TailSettings, averaged_share
 
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
@@ -152,17 +152,15 @@ def xi_grid(tilt: float, dtype=jnp.float32, xi_max: float = 0.0):
 
 
 def _profile(y, mask, xis, n_bounded: int):
-    """Returns (sigma [Q, X], loglik [Q, X]) of the profile at every shape of the grid: the
+    """Returns the profile (`gpd.Profile` of [Q, X] arrays) at every shape of the grid: the
     bounded shapes (the first `n_bounded`, xi <= 0) by `gpd.profile_in_xi`, the heavy ones by
     `gpd.profile_in_xi_heavy`."""
     fit = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))
-    sigma, ll = fit(y, mask, xis[:n_bounded])
+    profile = fit(y, mask, xis[:n_bounded])
     if xis.shape[0] > n_bounded:
-        heavy = jax.vmap(gpd.profile_in_xi_heavy, in_axes=(0, 0, None))
-        sigma_h, ll_h = heavy(y, mask, xis[n_bounded:])
-        sigma = jnp.concatenate([sigma, sigma_h], axis=1)
-        ll = jnp.concatenate([ll, ll_h], axis=1)
-    return sigma, ll
+        heavy = jax.vmap(gpd.profile_in_xi_heavy, in_axes=(0, 0, None))(y, mask, xis[n_bounded:])
+        profile = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), profile, heavy)
+    return profile
 
 
 # The empirical-Bayes prior's candidates (`empirical_bayes_prior`): means across the grid's range
@@ -258,7 +256,8 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
 def posterior_atoms(
     pos_scores, tail_scores, n_sample, settings: TailSettings, *, factor=1.0, width=None
 ):
-    """`posterior`, plus the selected excess count [Q], the A^2 statistics [F, Q] and the
+    """Returns `posterior`'s atoms and weights as a `TailAtoms`, with whether every profile
+    solve converged [Q], the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
     `factor` and `width` set the default threshold's excess count as in `excesses`; the
@@ -270,7 +269,7 @@ def posterior_atoms(
     factor = factor * averaged_share(settings)
     u, y, mask, ad = select_threshold(tail_scores, q, critical, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
-    sigma, ll = _profile(y, mask, xis, XI_GRID_SIZE)
+    sigma, ll, converged = _profile(y, mask, xis, XI_GRID_SIZE)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
     log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
     log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
@@ -289,7 +288,8 @@ def posterior_atoms(
             excess[:, :, None], room, xis[None, None, :], sigma[:, None, :]
         )
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
-    return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad, eb
+    n_selected = jnp.sum(mask, axis=1).astype(dtype)
+    return TailAtoms(log_x, weights, jnp.all(converged, axis=1), n_selected, ad, eb)
 
 
 def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
@@ -475,6 +475,7 @@ def tail_hardness(
         priced,
         default.u,
         fitted,
+        atoms.converged,
         atoms.n_selected,
         atoms.ad,
         atoms.prior,
@@ -572,6 +573,7 @@ def estimate(
     beyond = priced & (np.where(mask, np.asarray(c.pos), -np.inf) > diag.endpoint[:, None])
     diag = diag._replace(
         fitted=np.asarray(main.fitted),
+        newton_converged=np.asarray(main.converged),
         share_tail_priced=priced.sum(axis=1) / n_pos,
         share_beyond_endpoint=beyond.sum(axis=1) / n_pos,
         share_zero=(mask & (x == 0) & priced).sum(axis=1) / n_pos,

@@ -46,6 +46,8 @@ class TailAtoms(NamedTuple):
     Attributes:
       log_atoms: [Q, P, A] each positive's log hardness under each atom (-inf at padding).
       weights: [Q, A] the atoms' weights (rows sum to 1).
+      converged: [Q] every iterative solve behind the atoms converged (`gpd.NewtonState`; True
+        where none was needed).
       n_selected, ad, prior: the averaged model's selected excess count [Q], its threshold
         candidates' Anderson-Darling statistics [F, Q] and its empirical-Bayes prior's (mean,
         sd); None for other models.
@@ -53,6 +55,7 @@ class TailAtoms(NamedTuple):
 
     log_atoms: jax.Array
     weights: jax.Array
+    converged: jax.Array
     n_selected: jax.Array | None = None
     ad: jax.Array | None = None
     prior: jax.Array | None = None
@@ -62,7 +65,7 @@ class TailEstimate(NamedTuple):
     """`evt.tail_hardness`' traced result: a `TailAtoms` with which positives it prices.
 
     Attributes:
-      log_atoms, weights, n_selected, ad, prior: as `TailAtoms`.
+      log_atoms, weights, converged, n_selected, ad, prior: as `TailAtoms`.
       priced: [Q, P] which positives the tail prices (`evt.tail_priced`); the others keep their
         counts (`evt.priced_atoms`).
       u: [Q] the default threshold (it decides which positives the tail prices).
@@ -74,6 +77,7 @@ class TailEstimate(NamedTuple):
     priced: jax.Array
     u: jax.Array
     fitted: jax.Array
+    converged: jax.Array
     n_selected: jax.Array | None = None
     ad: jax.Array | None = None
     prior: jax.Array | None = None

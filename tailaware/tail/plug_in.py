@@ -17,11 +17,13 @@ from tailaware.tail.settings import TailSettings
 
 
 def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width=None):
-    """Returns the plug-in's one atom [Q, P, 1] of weight 1: the GPD fitted to `default`."""
+    """Returns the plug-in's one atom [Q, P, 1] of weight 1: the GPD fitted to `default`,
+    converged where its Newton refinement did (`gpd.GPDFit.newton_converged`)."""
     del settings, factor, width  # the default threshold's excesses are all it reads
     g = jax.vmap(gpd.fit)(default.y, default.mask)
     log_x = evt.plug_in_log_x(evt.nan_padded(c), default.u, default.mask, c.s, g.xi, g.sigma)
-    return TailAtoms(log_x[..., None], jnp.ones((c.tail.shape[0], 1), c.tail.dtype))
+    ones = jnp.ones((c.tail.shape[0], 1), c.tail.dtype)
+    return TailAtoms(log_x[..., None], ones, g.newton_converged)
 
 
 def price(log_atoms, weights):
@@ -50,7 +52,8 @@ def reruns(c: Core, settings: TailSettings, *, reruns: bool):
         log_f = evt.plug_in_log_x(pos_nan, u_f, mask_f, c.s, refit.xi, refit.sigma)
         fitted = jnp.any(mask_f, axis=1)
         priced = evt.tail_priced(c.mask, c.pos, c.counts, u_f, fitted, settings.min_count)
-        reps.append(TailEstimate(log_f[..., None], main.weights, priced, u_f, fitted))
+        converged = refit.newton_converged
+        reps.append(TailEstimate(log_f[..., None], main.weights, priced, u_f, fitted, converged))
     return diag, main, jax.tree.map(lambda *a: jnp.stack(a), *reps)
 
 
