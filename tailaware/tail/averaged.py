@@ -35,10 +35,10 @@ def reruns(c: Core, settings: TailSettings, *, reruns: bool):
     _, _, default_mask = evt.excesses(c.tail, q, share, width)
     diag = diag._replace(
         n_exceed_posterior=jnp.sum(default_mask, axis=1).astype(c.tail.dtype),
-        n_exceed_selected=main.n_selected,
-        ad=main.ad[0],
-        prior_mean=jnp.full_like(diag.u, main.prior[0]),  # the benchmark's, on every row
-        prior_sd=jnp.full_like(diag.u, main.prior[1]),
+        n_exceed_selected=main.atoms.n_selected,
+        ad=main.atoms.ad[0],
+        prior_mean=jnp.full_like(diag.u, main.atoms.prior[0]),  # the benchmark's, on every row
+        prior_sd=jnp.full_like(diag.u, main.atoms.prior[1]),
     )
     return diag, main, rest
 

@@ -78,8 +78,8 @@ def _tail(model: TailModel) -> Callable:
     def traced(c: functional.Core, settings: TailSettings):
         # The threshold at q' of this (sub-)sample's kept scores (`functional.core`).
         est = evt.tail_hardness(c, functional.tail_settings(c, settings), model)
-        atoms = evt.priced_atoms(est.log_atoms, est.priced, c.counts, c.s, c.mask)
-        return jnp.where(c.mask[..., None], atoms, 0.0), est.weights
+        atoms = evt.priced_atoms(est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask)
+        return jnp.where(c.mask[..., None], atoms, 0.0), est.atoms.weights
 
     return traced
 

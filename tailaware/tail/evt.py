@@ -363,7 +363,7 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, mod
         threshold_quantile=settings.threshold_quantile,
     )
     est = tail_hardness(c, settings, model)
-    return model.price(est.log_atoms, est.weights)
+    return model.price(est.atoms.log_atoms, est.atoms.weights)
 
 
 def stability_fits(tail_scores, threshold_quantile, stack_main=True):
@@ -469,17 +469,7 @@ def tail_hardness(
     fitted = jnp.any(default.mask, axis=1)
     priced = tail_priced(c.mask, c.pos, c.counts, default.u, fitted, settings.min_count)
     atoms = model.fit(c, settings, default, factor=factor, width=width)
-    return TailEstimate(
-        atoms.log_atoms,
-        atoms.weights,
-        priced,
-        default.u,
-        fitted,
-        atoms.converged,
-        atoms.n_selected,
-        atoms.ad,
-        atoms.prior,
-    )
+    return TailEstimate(atoms, priced, default.u, fitted)
 
 
 def nan_padded(c: Core):
@@ -527,16 +517,16 @@ def _estimate_jit(c: Core, settings: TailSettings, model: TailModel, reruns):
         diag, main, rest = threshold_reruns(c, settings, model, reruns=reruns)
     else:
         diag, main, rest = model.reruns(c, settings, reruns=reruns)
-    return diag, main, rest, model.price(main.log_atoms, main.weights)
+    return diag, main, rest, model.price(main.atoms.log_atoms, main.atoms.weights)
 
 
 def _host_atoms(est, counts, n_sample, mask):
     """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
     renormalised in float64 (they come from a float32 softmax)."""
     with np.errstate(under="ignore"):
-        log_atoms = np.asarray(est.log_atoms, np.float64)
+        log_atoms = np.asarray(est.atoms.log_atoms, np.float64)
         atoms = priced_atoms(log_atoms, est.priced, counts, n_sample, mask, xp=np)
-    weights = np.asarray(est.weights, np.float64)
+    weights = np.asarray(est.atoms.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
 
@@ -573,7 +563,7 @@ def estimate(
     beyond = priced & (np.where(mask, np.asarray(c.pos), -np.inf) > diag.endpoint[:, None])
     diag = diag._replace(
         fitted=np.asarray(main.fitted),
-        newton_converged=np.asarray(main.converged),
+        newton_converged=np.asarray(main.atoms.converged),
         share_tail_priced=priced.sum(axis=1) / n_pos,
         share_beyond_endpoint=beyond.sum(axis=1) / n_pos,
         share_zero=(mask & (x == 0) & priced).sum(axis=1) / n_pos,
@@ -584,7 +574,7 @@ def estimate(
             _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s)
             for i in range(len(STABILITY_FACTORS))
         )
-    if np.shape(main.weights)[1] == 1:  # a point estimate
+    if np.shape(main.atoms.weights)[1] == 1:  # a point estimate
         return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
     atoms, weights = _host_atoms(main, counts, s, mask)
     with_prior = reruns and model.prior_weights is not None

@@ -62,25 +62,20 @@ class TailAtoms(NamedTuple):
 
 
 class TailEstimate(NamedTuple):
-    """`evt.tail_hardness`' traced result: a `TailAtoms` with which positives it prices.
+    """`evt.tail_hardness`' traced result: the model's atoms and which positives they price.
 
     Attributes:
-      log_atoms, weights, converged, n_selected, ad, prior: as `TailAtoms`.
+      atoms: the model's `TailAtoms`.
       priced: [Q, P] which positives the tail prices (`evt.tail_priced`); the others keep their
         counts (`evt.priced_atoms`).
       u: [Q] the default threshold (it decides which positives the tail prices).
       fitted: [Q] some stored score lies above u.
     """
 
-    log_atoms: jax.Array
-    weights: jax.Array
+    atoms: TailAtoms
     priced: jax.Array
     u: jax.Array
     fitted: jax.Array
-    converged: jax.Array
-    n_selected: jax.Array | None = None
-    ad: jax.Array | None = None
-    prior: jax.Array | None = None
 
 
 class FitFn(Protocol):

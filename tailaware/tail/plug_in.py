@@ -52,8 +52,8 @@ def reruns(c: Core, settings: TailSettings, *, reruns: bool):
         log_f = evt.plug_in_log_x(pos_nan, u_f, mask_f, c.s, refit.xi, refit.sigma)
         fitted = jnp.any(mask_f, axis=1)
         priced = evt.tail_priced(c.mask, c.pos, c.counts, u_f, fitted, settings.min_count)
-        converged = refit.newton_converged
-        reps.append(TailEstimate(log_f[..., None], main.weights, priced, u_f, fitted, converged))
+        atoms = TailAtoms(log_f[..., None], main.atoms.weights, refit.newton_converged)
+        reps.append(TailEstimate(atoms, priced, u_f, fitted))
     return diag, main, jax.tree.map(lambda *a: jnp.stack(a), *reps)
 
 
