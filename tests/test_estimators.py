@@ -68,7 +68,8 @@ def _exponential_fit(c, settings, default, *, factor, width):
     sigma = jnp.sum(default.y, axis=1) / n
     xi = jnp.zeros_like(sigma)
     log_x = evt.plug_in_log_x(evt.nan_padded(c), default.u, default.mask, c.s, xi, sigma)
-    return models.TailAtoms(log_x[..., None], jnp.ones((c.tail.shape[0], 1), c.tail.dtype))
+    ones = jnp.ones((c.tail.shape[0], 1), c.tail.dtype)
+    return models.TailAtoms(log_x[..., None], ones, converged=jnp.ones_like(sigma, bool))
 
 
 def _exponential_reference(sample, top_m):
