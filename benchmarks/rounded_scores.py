@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 from tailaware.core import evaluate, metrics  # noqa: E402
 from tailaware.sim import simulate  # noqa: E402
-from tailaware.tail import evt  # noqa: E402
+from tailaware.tail import averaged, evt  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def main():
 
     def error(scores, truth, spread=True):
         settings = TailSettings() if spread else TailSettings(tie_share=np.inf)
-        h = evt.estimate(scores, settings, "mean")
+        h = evt.estimate(scores, settings, averaged.AVERAGED)
         ap = evaluate.per_query_ap(h, 1e8, 1000, scores.fixed_counts, scores).mean()
         return ap - truth
 

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tailaware.tail import evt  # noqa: E402
+from tailaware.tail import averaged, evt, plug_in  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 LAWS = {
@@ -92,16 +92,16 @@ def study(replicates, sizes=(50_000, 5_000_000), m=4000, seed=0):
                 pos = np.broadcast_to(pos, (replicates, len(DEPTHS)))
                 n = 20 * s
                 true_prec = precision(n * x_true)
-                for method in ("mle", "mean"):
-                    lx = np.asarray(evt.log_tail_prob(pos, tail, float(s), TailSettings(), method))
+                for model in (plug_in.PLUG_IN, averaged.AVERAGED):
+                    lx = np.asarray(evt.log_tail_prob(pos, tail, float(s), TailSettings(), model))
                     ratio = (lx - np.log(x_true)) / np.log(10)
-                    if method == "mean":
+                    if model is averaged.AVERAGED:
                         atoms, w = evt.posterior(pos, tail, float(s), TailSettings())
                         atoms, w = np.asarray(atoms, np.float64), np.asarray(w, np.float64)
                         prec = (precision(n * np.exp(atoms)) * w[:, None, :]).sum(axis=2)
                     else:
                         prec = precision(n * np.exp(lx.astype(np.float64)))
-                    rows.append((group, method, ratio, np.isneginf(lx), prec - true_prec))
+                    rows.append((group, model.name, ratio, np.isneginf(lx), prec - true_prec))
     return rows
 
 
@@ -109,7 +109,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--replicates", type=int, default=100)
     args = p.parse_args()
-    names = {"mle": "evt (plug-in MLE)", "mean": "evt_averaged"}
+    names = {"evt": "evt (plug-in MLE)", "evt_averaged": "evt_averaged"}
     agg = collections.defaultdict(list)
     for group, method, ratio, zero, err in study(args.replicates):
         agg[group, method].append((ratio, zero, err))

@@ -7,7 +7,7 @@ from scipy import stats
 
 from tailaware.core import evaluate
 from tailaware.sim import simulate
-from tailaware.tail import dequantize, evt, gpd
+from tailaware.tail import averaged, dequantize, evt, gpd
 from tailaware.tail.settings import TailSettings
 
 
@@ -66,7 +66,7 @@ def test_float16_scores_predict_like_float32_ones():
     assert np.unique(half.tail_scores[0]).size < 0.5 * half.tail_scores.shape[1]  # ties
 
     def predicted(scores, settings=TailSettings()):
-        h = evt.estimate(scores, settings, "mean")
+        h = evt.estimate(scores, settings, averaged.AVERAGED)
         return evaluate.per_query_ap(h, bench.n_pool, 1000, scores.fixed_counts, scores).mean()
 
     reference, spread = predicted(sc), predicted(half)

@@ -1,4 +1,5 @@
-"""The summary's notes on the input: a target below the sample, counts reconciled on reading."""
+"""The summary's notes on the input: a target below the sample, counts reconciled on reading, tail
+fits that did not converge."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,8 @@ from tailaware.io import scores as scores_lib
 from tailaware.protocol import diagnostics, from_artifact, prediction, schema
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings
 from tailaware.sim import simulate
-from tailaware.tail import estimators
+from tailaware.tail import estimators, gpd
+from tailaware.tail.settings import TailSettings
 from tests.test_scores import float32_tie_fields
 
 K, S = 10, 400
@@ -113,3 +115,40 @@ def test_tail_vs_counts_warns_on_a_near_duplicate_bump_only():
         written = schema.prediction_json(p)["diagnostics"]["tail_counts"]
         keys = ("observed", "expected", "sd")
         assert written == dict(zip(keys, p.diagnostics.tail_counts, strict=True))
+
+
+@pytest.fixture
+def profile_steps(monkeypatch):
+    """Sets the profile solves' Newton steps (`gpd.PROFILE_STEPS`) for one test; the compiled
+    programs traced with them are dropped before and after."""
+
+    def set_steps(steps):
+        monkeypatch.setattr(gpd, "PROFILE_STEPS", steps)
+        jax.clear_caches()
+
+    yield set_steps
+    monkeypatch.undo()
+    jax.clear_caches()
+
+
+@pytest.mark.slow
+def test_fits_that_did_not_converge_are_counted(profile_steps):
+    bench = simulate.make_benchmark(24, 10**7, seed=7)
+    sc = simulate.draw(bench, 0.01, 200, seed=8).scores
+    settings = PredictSettings(k=100, tail=TailSettings(top_m=200), protocol=TINY)
+    p = prediction.predict(sc, settings, 10**7)
+    assert p.diagnostics.fits_not_converged == 0
+    assert schema.prediction_json(p)["diagnostics"]["fits_not_converged"] == 0
+    assert not any("NOT CONVERGED" in line for line in p.diagnostics.summary)
+    # One Newton step per profile solve: the solves started away from their roots stop short.
+    profile_steps(1)
+    h = estimators.get("evt_averaged")(sc, settings.tail)
+    assert not h.fit.newton_converged.all()
+    count = diagnostics.fits_not_converged(h)
+    assert count == int((h.fit.fitted & ~h.fit.newton_converged).sum()) > 0
+    p = prediction.predict(sc, settings, 10**7)
+    assert p.diagnostics.fits_not_converged == count
+    lines = p.diagnostics.summary
+    assert any(line.startswith(f"FIT NOT CONVERGED for {count} of 24") for line in lines)
+    # An estimator without a tail fit has nothing to count.
+    assert diagnostics.fits_not_converged(estimators.count(sc)) is None

@@ -1,4 +1,5 @@
-"""The estimator registry: every registered estimator carries every term of the interval."""
+"""The estimator registry: every registered estimator carries every term of the interval, and a
+new estimator or tail model is one registration."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +9,7 @@ from tailaware.core import evaluate
 from tailaware.protocol import prediction
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings
 from tailaware.sim import simulate
-from tailaware.tail import estimators
+from tailaware.tail import estimators, evt, models, plug_in
 from tailaware.tail.settings import TailSettings
 
 N = 10**7
@@ -41,7 +42,8 @@ def test_every_registered_estimator_has_every_interval_term(sample, name):
     assert interval.method == "nested" and interval.sd_distractor is not None
     tail = estimators.get(name).tail
     assert (interval.threshold_maps is not None) == (tail is not None)
-    assert (interval.prior_maps is not None) == (tail == "mean")
+    has_prior = tail is not None and tail.prior_weights is not None
+    assert (interval.prior_maps is not None) == has_prior
 
 
 def test_a_new_estimator_is_one_registration(sample, monkeypatch):
@@ -57,3 +59,50 @@ def test_a_new_estimator_is_one_registration(sample, monkeypatch):
     )
     interval = _predict(sample, "half_count")
     assert interval.method == "nested" and interval.sd_distractor > 0
+
+
+def _exponential_fit(c, settings, default, *, factor, width):
+    """A toy tail model's fit: an exponential tail (xi = 0) of the mean excess as its scale."""
+    del settings, factor, width
+    n = jnp.maximum(jnp.sum(default.mask, axis=1), 1).astype(c.tail.dtype)
+    sigma = jnp.sum(default.y, axis=1) / n
+    xi = jnp.zeros_like(sigma)
+    log_x = evt.plug_in_log_x(evt.nan_padded(c), default.u, default.mask, c.s, xi, sigma)
+    ones = jnp.ones((c.tail.shape[0], 1), c.tail.dtype)
+    return models.TailAtoms(log_x[..., None], ones, converged=jnp.ones_like(sigma, bool))
+
+
+def _exponential_reference(sample, top_m):
+    """The toy model's hardness in numpy, from the eq. B.1 recipe: the threshold u at the
+    (k + 1)-th largest of m kept scores, k = round(0.05 m), x = (k / S) exp(-(s - u) / mean
+    excess) for a positive that fewer than 5 sampled distractors beat, at or above u; K / S
+    otherwise."""
+    x = np.where(sample.mask, sample.pos_counts / sample.n_sample, 0.0)
+    for q in range(sample.num_queries):
+        tail = sample.tail_scores[q, :top_m].astype(np.float64)
+        tail = tail[np.isfinite(tail)]
+        k = int(np.floor(0.05 * tail.size + 0.5))
+        u, sigma = tail[k], np.mean(tail[:k] - tail[k])
+        s = sample.pos_scores[q].astype(np.float64)
+        priced = sample.mask[q] & (sample.pos_counts[q] < 5) & (s >= u)
+        x[q] = np.where(priced, k / sample.n_sample * np.exp(-(s - u) / sigma), x[q])
+    return x
+
+
+def test_a_new_tail_model_is_one_file_and_one_registration(sample, monkeypatch):
+    monkeypatch.setattr(estimators, "ESTIMATORS", dict(estimators.ESTIMATORS))
+    toy = models.TailModel("exponential_tail", _exponential_fit, plug_in.price)
+    estimators.register(estimators.tail_aware(toy))  # the registration line
+    assert estimators.tail_model("exponential_tail") is toy
+    h = estimators.get("exponential_tail")(sample, TailSettings(top_m=200))
+    assert h.fit is not None and h.atoms is None and h.tail_priced.any()
+    np.testing.assert_allclose(h.x, _exponential_reference(sample, 200), rtol=2e-4, atol=1e-12)
+    settings = PredictSettings(
+        estimator="exponential_tail", k=100, tail=TailSettings(top_m=200), protocol=FAST
+    )
+    p = prediction.predict(sample, settings, N)
+    assert 0.0 < p.map < 1.0
+    # Every term of the interval but the prior's: the threshold reruns (`evt.threshold_reruns`,
+    # the toy's `fit` at each threshold) and the nested bootstrap of its traced definition.
+    assert p.interval.threshold_maps is not None and p.interval.prior_maps is None
+    assert p.interval.method == "nested" and p.interval.sd_distractor > 0

@@ -11,7 +11,7 @@ from scipy import optimize, special, stats
 from tailaware.core.results import Hardness
 from tailaware.io.scores import make_scores
 from tailaware.sim import simulate
-from tailaware.tail import estimators, evt
+from tailaware.tail import averaged, estimators, evt, functional
 from tailaware.tail.settings import TailSettings
 
 # 48 queries (16 draws from each of 3 laws), S = 50k, top M = 1000, P = 5 positives (padded).
@@ -23,6 +23,13 @@ X_TRUE = np.array([1e-3, 4e-5, 1e-5, 1e-6, 1e-7])
 
 def _settings(**fields) -> TailSettings:
     return TailSettings(**{"top_m": M, **fields})
+
+
+def _inputs(scores, settings):
+    """Returns the positive scores [Q, P] (NaN padded), kept tail [Q, M] and S the estimate
+    reads (`functional.core`)."""
+    c = functional.core(scores, settings, full=True)
+    return evt.nan_padded(c), c.tail, c.s
 
 
 def _top_scores(rng, law, r, s, m):
@@ -256,10 +263,10 @@ def test_empirical_bayes_shift_moves_the_fitted_prior(scores):
     # The shift moves the fitted prior's mean after the fit: the fit (mean, sd) is the same at
     # any shift, and the posterior at shift d is the one at 0 re-weighted by the ratio of the
     # two normals on the grid; a longer shift weighs longer tails more on every query.
-    pos, _, tail, s = evt._host_inputs(scores, _settings())
-    post = jax.jit(evt._posterior, static_argnums=3)
-    _, w0, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
-    _, w1, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
+    pos, tail, s = _inputs(scores, _settings())
+    post = jax.jit(evt.posterior_atoms, static_argnums=3)
+    _, w0, _, _, _, eb0 = post(pos, tail, s, _settings(eb_shift=0.0))
+    _, w1, _, _, _, eb1 = post(pos, tail, s, _settings(eb_shift=0.1))
     np.testing.assert_array_equal(eb0, eb1)
     mu, tau = np.asarray(eb0, np.float64)
     xis = _grid(_settings())
@@ -334,9 +341,9 @@ def test_threshold_selection_finds_a_cluster_above_the_bulk():
     tail = jnp.asarray(sc.tail_scores)
 
     def log10_x(settings):
-        fn = jax.jit(lambda p, t: evt._posterior(p, t, float(sc.n_sample), settings))
-        atoms, weights, n_u, _, _ = jax.device_get(fn(pos, tail))
-        return np.asarray(evt._log_mean(atoms, weights)) / np.log(10), n_u
+        fn = jax.jit(lambda p, t: evt.posterior_atoms(p, t, float(sc.n_sample), settings))
+        post = jax.device_get(fn(pos, tail))
+        return np.asarray(evt.log_mean(post.log_atoms, post.weights)) / np.log(10), post.n_selected
 
     selected, n_u = log10_x(TailSettings())
     fixed, n_fixed = log10_x(TailSettings(ad_critical=np.inf))  # every default threshold passes
@@ -408,13 +415,13 @@ def test_gradients_are_finite_and_match_finite_differences(scores, x64):
     rng = np.random.default_rng(3)
     d_pos = jnp.asarray(rng.standard_normal(pos.shape))
     d_tail = jnp.asarray(rng.uniform(0.5, 1.0, tail.shape))  # keeps the kept scores' order
-    for method in evt.METHODS:
-        f = lambda p, t, method=method: jnp.sum(
-            jnp.exp(evt.log_tail_prob(p, t, float(S), TailSettings(), method))
+    for model in estimators.tail_models():
+        f = lambda p, t, model=model: jnp.sum(
+            jnp.exp(evt.log_tail_prob(p, t, float(S), TailSettings(), model))
         )
         g_pos, g_tail = jax.jit(jax.grad(f, argnums=(0, 1)))(pos, tail)
         assert np.all(np.isfinite(np.asarray(g_pos))) and np.all(np.isfinite(np.asarray(g_tail)))
-        dt = d_tail if method == "mle" else jnp.zeros_like(tail)
+        dt = d_tail if model.name == "evt" else jnp.zeros_like(tail)
         f_jit, eps = jax.jit(f), 1e-9
         fd = f_jit(pos + eps * d_pos, tail + eps * dt) - f_jit(pos - eps * d_pos, tail - eps * dt)
         np.testing.assert_allclose(
@@ -443,7 +450,7 @@ def test_reruns_are_the_estimator_at_other_thresholds(scores, name):
     # and q = 0.9 (and the averaged estimator's, over its 0.975 quantile, those of 0.9875 and
     # 0.95): the reruns (one vmapped program with the estimate) against the estimator run at
     # those quantiles; the estimate itself is the one computed without reruns.
-    got = evt.estimate(scores, _settings(), estimators.tail_method(name), reruns=True)
+    got = evt.estimate(scores, _settings(), estimators.tail_model(name), reruns=True)
     alone = estimators.get(name)(scores, _settings())
     assert alone.reruns == ()
     np.testing.assert_allclose(got.x, alone.x, rtol=1e-4, atol=1e-12)  # float32 rounding
@@ -471,9 +478,9 @@ def test_prior_reruns_are_the_posterior_under_the_other_priors(scores):
     # posterior computed afresh with the prior exp(t' xi) for t' = t -/+ the prior's spread
     # (the tilt prior: the re-weighting is the same factor for any base prior).
     settings = _settings(prior="tilt", xi_max=0.0)
-    got = evt.estimate(scores, settings, "mean", reruns=True)
+    got = evt.estimate(scores, settings, averaged.AVERAGED, reruns=True)
     flat, steep = got.prior_weights
-    pos, _, tail, s = evt._host_inputs(scores, settings)
+    pos, tail, s = _inputs(scores, settings)
     tilt, spread = settings.xi_tilt, settings.prior_spread
     posterior = jax.jit(evt.posterior, static_argnums=3)
     for weights, t in ((flat, tilt - spread), (steep, tilt + spread)):

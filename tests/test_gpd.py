@@ -152,6 +152,41 @@ def test_reported_loglik_is_the_likelihood_of_the_parameters(random_fits, x64):
             np.testing.assert_allclose(ours[i], ref, rtol=1e-9)
 
 
+def test_newton_returns_its_state():
+    # g(s) = log 3 - log(1 + s), decreasing with its root at s = 2.
+    slope = lambda s: (jnp.log(3.0) - jnp.log1p(s), -1.0 / (1.0 + s))
+    solve = jax.jit(gpd._newton, static_argnums=(0, 4))
+    done = solve(slope, jnp.float32(0.1), 0.0, 10.0, 24)
+    np.testing.assert_allclose(done.params, 2.0, rtol=1e-6)
+    assert done.state.converged and done.state.error <= gpd.CONVERGED_TOL
+    assert 2 <= done.state.iterations < 24  # stopped by its tolerance, not its budget
+    # One step from far off: the budget runs out first.
+    short = solve(slope, jnp.float32(0.1), 0.0, 10.0, 1)
+    assert not short.state.converged and short.state.iterations == 1
+    assert short.state.error > gpd.CONVERGED_TOL
+    # The root outside the bracket: the iterate ends at the bracket's edge, not at a root.
+    outside = solve(slope, jnp.float32(0.1), 0.0, 1.5, 24)
+    assert not outside.state.converged and outside.state.iterations == 24
+    np.testing.assert_allclose(outside.params, 1.5, rtol=1e-5)
+
+
+def test_fits_report_whether_their_newton_refinement_converged(monkeypatch):
+    rng = np.random.default_rng(5)
+    y, mask = _random_problems(rng, 500, N)
+    y32, mask = jnp.asarray(y, jnp.float32), jnp.asarray(mask)
+    fit = jax.jit(jax.vmap(gpd.fit))(y32, mask)
+    interior = ~np.asarray(fit.at_xi0 | fit.at_xi_minus1) & np.asarray(mask.any(axis=1))
+    assert interior.sum() > 100 and np.asarray(fit.newton_converged).all()
+    # One refinement step (a fresh trace reads NEWTON_ITERS): interior fits stop short, and
+    # their fit is not converged; a boundary optimum needs no refinement.
+    monkeypatch.setattr(gpd, "NEWTON_ITERS", 1)
+    short = jax.jit(jax.vmap(gpd.fit))(y32, mask)
+    bad = ~np.asarray(short.newton_converged)
+    boundary = np.asarray(short.at_xi0 | short.at_xi_minus1) | ~np.asarray(mask.any(axis=1))
+    assert bad.any() and not bad[boundary].any()
+    assert not np.asarray(short.converged)[bad].any()
+
+
 def test_cv_above_one_is_a_boundary(random_fits):
     # CV > 1 rules out an interior optimum (Grimshaw 1993); the exponential is then optimal
     # unless the xi = -1 candidate beats it (it can: few excesses, or a cluster at the maximum).
@@ -352,7 +387,8 @@ def test_profile_in_xi_matches_scipy(x64):
     rng = np.random.default_rng(6)
     y = stats.genpareto.rvs(-0.3, scale=1.0, size=N, random_state=rng)
     xis = jnp.asarray([-1.0, -0.8, -0.5, -0.3, -0.1, 0.0])
-    sigma, ll = jax.jit(gpd.profile_in_xi)(jnp.asarray(y), jnp.ones(N, bool), xis)
+    sigma, ll, converged = jax.jit(gpd.profile_in_xi)(jnp.asarray(y), jnp.ones(N, bool), xis)
+    assert np.all(converged)
     for xi, s, v in zip(np.asarray(xis), np.asarray(sigma), np.asarray(ll), strict=True):
         lo = -xi * y.max() * (1 + 1e-12) if xi < 0 else 1e-6
         res = optimize.minimize_scalar(
@@ -373,7 +409,7 @@ def test_scale_information_matches_finite_differences(x64):
     y = stats.genpareto.rvs(-0.6, scale=1.0, size=N, random_state=rng)
     xis = jnp.asarray([-0.95, -0.8, -0.6, -0.5, -0.3, -0.1, 0.0])
     mask = jnp.ones(N, bool)
-    sigma, _ = gpd.profile_in_xi(jnp.asarray(y), mask, xis)
+    sigma, _, _ = gpd.profile_in_xi(jnp.asarray(y), mask, xis)
     info = gpd.scale_information(jnp.asarray(y), mask, xis, sigma)
     for xi, s, j in zip(np.asarray(xis), np.asarray(sigma), np.asarray(info), strict=True):
         # steps well inside the distance to the support's edge (tiny near xi = -1)
@@ -399,7 +435,7 @@ def test_laplace_marginal_matches_numeric_integration(x64, xi_true, max_tv):
     y = stats.genpareto.rvs(xi_true, scale=1.0, size=200, random_state=rng)
     xis = np.linspace(-0.95, 0.0, 20)
     mask = jnp.ones(y.size, bool)
-    sigma, ll = gpd.profile_in_xi(jnp.asarray(y), mask, jnp.asarray(xis))
+    sigma, ll, _ = gpd.profile_in_xi(jnp.asarray(y), mask, jnp.asarray(xis))
     info = gpd.scale_information(jnp.asarray(y), mask, jnp.asarray(xis), sigma)
     laplace = np.asarray(ll) - 0.5 * np.log(np.asarray(info))
     numeric = []
@@ -482,7 +518,8 @@ def test_profile_in_xi_heavy_matches_scipy(xi_true, n):
     mask = np.arange(width) < n
     xis = np.array([0.02, 0.1, abs(xi_true), 0.5])
     args = jnp.asarray(yy), jnp.asarray(mask), jnp.asarray(xis)
-    sigma, ll = jax.jit(gpd.profile_in_xi_heavy)(*args)
+    sigma, ll, converged = jax.jit(gpd.profile_in_xi_heavy)(*args)
+    assert np.all(converged)
     np.testing.assert_allclose(sigma, gpd.profile_in_xi_heavy(*args)[0], rtol=1e-5)
     for i, xi in enumerate(xis):
         res = optimize.minimize_scalar(

@@ -13,7 +13,7 @@ from jax.test_util import check_grads
 
 from tailaware.core import evaluate, law
 from tailaware.sim import synthetic
-from tailaware.tail import estimators, evt, sensitivity
+from tailaware.tail import estimators, evt, plug_in, sensitivity
 from tailaware.tail.settings import TailSettings
 
 Q, P = 6, 5
@@ -335,7 +335,7 @@ def test_score_gradients_through_the_fitter(tiny_benchmark, x64):
 
     @jax.jit
     def f(t):
-        log_x = evt.log_tail_prob(pos, t, s, settings, "mle")
+        log_x = evt.log_tail_prob(pos, t, s, settings, plug_in.PLUG_IN)
         xt = jnp.where(tp & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, 3e4, 100.0, truncation="smooth", tau=1.0)[0]
 

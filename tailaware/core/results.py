@@ -55,6 +55,9 @@ class TailFit(NamedTuple):
       ad: the Anderson-Darling statistic of its excesses at the default threshold.
       prior_mean, prior_sd: the benchmark's empirical-Bayes prior on xi, the same on every row
         (NaN under the tilt prior).
+      newton_converged: every Newton solve behind the estimate's tail converged
+        (`tailaware.tail.gpd.NewtonState`): the plug-in fit's refinement (`evt`), or the
+        posterior's profile at every shape (`evt_averaged`).
     """
 
     u: np.ndarray
@@ -79,6 +82,7 @@ class TailFit(NamedTuple):
     ad: np.ndarray | None = None
     prior_mean: np.ndarray | None = None
     prior_sd: np.ndarray | None = None
+    newton_converged: np.ndarray | None = None
 
     def items(self) -> Iterator[tuple[str, np.ndarray]]:
         """Yields (name, [Q] array) of the fields that are set."""
@@ -284,6 +288,8 @@ class Diagnostics(NamedTuple):
       tail_counts: (observed, expected, sd): the tail-priced positives' summed sampled counts
         and what the fitted tails predict for them (`protocol.diagnostics.tail_counts`; None
         without a tail or a sample).
+      fits_not_converged: the fitted queries whose tail fit's solver did not converge
+        (`protocol.diagnostics.fits_not_converged`; None without a tail fit).
     """
 
     summary: tuple[str, ...]
@@ -292,6 +298,7 @@ class Diagnostics(NamedTuple):
     share_tail_priced: float | None = None
     share_threshold_raised: float | None = None
     tail_counts: tuple[float, float, float] | None = None
+    fits_not_converged: int | None = None
 
 
 class ReportValue(NamedTuple):

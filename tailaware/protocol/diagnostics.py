@@ -3,12 +3,12 @@
 `summary` returns the lines of prediction.json's `diagnostics.summary`, in order (after
 `reconciled`'s, counts reconciled with float32 ties on reading): a target smaller than the
 sample (SUB-GALLERY), the budget verdict when the sample is too small, a tail that could not be
-fitted (TAIL NOT FITTED), tails fitted too low in the sample to extrapolate far (SHALLOW TAIL),
-tails that the tail-priced positives' own sampled counts contradict (TAIL VS COUNTS), a
-prediction that moves with the tail threshold or the prior on the tail shape beyond the query
-noise (THRESHOLD SENSITIVE, PRIOR SENSITIVE), thresholds raised where the excesses are not GPD-
-shaped (THRESHOLD RAISED), a non-uniform sample (DRIFT), and last the prediction with its
-interval.
+fitted (TAIL NOT FITTED), tail fits whose solver did not converge (FIT NOT CONVERGED), tails
+fitted too low in the sample to extrapolate far (SHALLOW TAIL), tails that the tail-priced
+positives' own sampled counts contradict (TAIL VS COUNTS), a prediction that moves with the tail
+threshold or the prior on the tail shape beyond the query noise (THRESHOLD SENSITIVE, PRIOR
+SENSITIVE), thresholds raised where the excesses are not GPD-shaped (THRESHOLD RAISED), a
+non-uniform sample (DRIFT), and last the prediction with its interval.
 """
 
 import numpy as np
@@ -127,6 +127,17 @@ def tail_counts_warning(observed: float, expected: float, sd: float) -> str:
     )
 
 
+def fits_not_converged(hardness: Hardness) -> int | None:
+    """Returns the number of fitted queries whose tail fit's Newton solves did not converge
+    (`TailFit.newton_converged`, `tailaware.tail.gpd.NewtonState`); None without a tail fit (an
+    estimator without a tail, or an artifact written before the field existed)."""
+    fit = hardness.fit
+    if fit is None or fit.newton_converged is None:
+        return None
+    fitted = np.ones_like(fit.newton_converged, bool) if fit.fitted is None else fit.fitted
+    return int(np.sum(np.asarray(fitted, bool) & ~np.asarray(fit.newton_converged, bool)))
+
+
 def shallow_tail(hardness: Hardness, n_sample: int, n_target: int) -> str:
     """Returns a warning when the tails are fitted too low in the sample to extrapolate far.
 
@@ -233,6 +244,13 @@ def summary(
         lines.append(
             f"TAIL NOT FITTED for {unfitted} of {num_queries} queries (no stored score "
             "above the threshold: ties or too few scores); their positives are priced by counts"
+        )
+    not_converged = fits_not_converged(hardness)
+    if not_converged:
+        lines.append(
+            f"FIT NOT CONVERGED for {not_converged} of {num_queries} queries: a Newton solve of "
+            "their tail fit ran out of steps before it met its tolerance, so their tails, and "
+            "the prediction, may be off: check their scores (e.g. a pathological tail)"
         )
     shallow = shallow_tail(hardness, n_sample, n_target)
     if shallow:

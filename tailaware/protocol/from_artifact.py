@@ -65,7 +65,7 @@ def at_sizes(
 def _missing_terms(art: HardnessArtifact, sd: np.ndarray) -> list[str]:
     """Returns the interval terms a tail-aware artifact lacks the fields for (`sd` [M, G]: the
     stored distractor sds at the prediction's sizes)."""
-    if estimators.tail_method(art.estimator) is None:
+    if estimators.tail_model(art.estimator) is None:
         return []
     missing = []
     if np.isnan(sd).any():

@@ -354,7 +354,15 @@ def estimate_and_predict(
             "homogeneous": float(values[rows.baselines.start + 1, 0, 0].mean()),
             **fits,
         },
-        diagnostics=Diagnostics(summary, verdict, drift, shared, raised, checked),
+        diagnostics=Diagnostics(
+            summary,
+            verdict,
+            drift,
+            shared,
+            raised,
+            checked,
+            fits_not_converged=diagnostics.fits_not_converged(hardness),
+        ),
         report=predicted,
     )
 

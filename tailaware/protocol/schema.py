@@ -130,6 +130,8 @@ def _diagnostics_json(d: Diagnostics) -> dict:
     if d.tail_counts is not None:
         observed, expected, sd = d.tail_counts
         out["tail_counts"] = {"observed": observed, "expected": expected, "sd": sd}
+    if d.fits_not_converged is not None:
+        out["fits_not_converged"] = d.fits_not_converged
     return out
 
 

@@ -12,13 +12,14 @@ threshold reruns (`evt.estimate`, built on the same `evt.tail_hardness`).
   1 / S: every positive that no sampled distractor beats gets x = 0 (paper Sec. 4).
 - `homogeneous`: one x per query, the pooled fraction sum_j K_j / (n_pos S) for every positive
   (the single-x model the paper shows collapsing at large N, Fig. 2).
-- `evt`: the paper's tail-aware estimator, the plug-in GPD fit (Appendix B).
-- `evt_averaged`: the tail-aware posterior over the GPD shape (the default; `evt`).
+- `evt`: the paper's tail-aware estimator, the plug-in GPD fit (Appendix B; `tail/plug_in.py`).
+- `evt_averaged`: the tail-aware posterior over the GPD shape (the default; `tail/averaged.py`).
 
-To add one, write its traced function and register an `Estimator` (docs/architecture.md).
+To add one, write its traced function and `register` an `Estimator`; a tail-aware one is a tail
+model (`tailaware.tail.models.TailModel`) registered with `register(tail_aware(MODEL))`
+(docs/architecture.md, "Recipes").
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,7 +30,8 @@ import numpy as np
 
 from tailaware.core.results import Hardness
 from tailaware.io.scores import SampledScores
-from tailaware.tail import evt, functional
+from tailaware.tail import averaged, evt, functional, plug_in
+from tailaware.tail.models import TailModel
 from tailaware.tail.settings import TailSettings
 
 
@@ -40,13 +42,14 @@ class Estimator(NamedTuple):
       name: its registry key.
       traced: (core: `functional.Core`, settings: `TailSettings`) -> (atoms [Q, P, A], weights
         [Q, A]), pure JAX: the estimator itself, 0 at padding.
-      tail: the tail model (`evt.METHODS`) behind it, or None. An estimator with a tail also has
-        threshold reruns, the interval's threshold term; "mean" also the prior term.
+      tail: the tail model behind it (`tail_aware`), or None. An estimator with a tail also has
+        threshold reruns, the interval's threshold term; one whose model has a prior
+        (`TailModel.prior_weights`) also the prior term.
     """
 
     name: str
     traced: Callable
-    tail: str | None = None
+    tail: TailModel | None = None
 
     def __call__(self, scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
         """Returns the estimate on `scores` (`estimate`, without reruns)."""
@@ -69,21 +72,21 @@ def _homogeneous(c: functional.Core, settings: TailSettings):
     return _one_atom(jnp.where(c.mask, k / (n * c.s), 0.0))
 
 
-def _tail(method: str) -> Callable:
-    """Returns the traced tail-aware estimator with tail model `method` (`evt.tail_hardness`)."""
+def _tail(model: TailModel) -> Callable:
+    """Returns the traced tail-aware estimator with tail model `model` (`evt.tail_hardness`)."""
 
     def traced(c: functional.Core, settings: TailSettings):
-        # The threshold at q' of this (sub-)sample's kept scores (`functional.core`); the
-        # averaged posterior keeps the same share of its excesses as on the full sample.
-        averaged = 1.0 - evt.averaged_share(settings) * (1.0 - c.threshold_quantile)
-        at_q = dataclasses.replace(
-            settings, threshold_quantile=c.threshold_quantile, averaged_quantile=averaged
-        )
-        est = evt.tail_hardness(c.pos, c.counts, c.mask, c.tail, c.s, at_q, method=method)
-        atoms = evt.priced_atoms(est.log_atoms, est.priced, c.counts, c.s, c.mask)
-        return jnp.where(c.mask[..., None], atoms, 0.0), est.weights
+        # The threshold at q' of this (sub-)sample's kept scores (`functional.core`).
+        est = evt.tail_hardness(c, functional.tail_settings(c, settings), model)
+        atoms = evt.priced_atoms(est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask)
+        return jnp.where(c.mask[..., None], atoms, 0.0), est.atoms.weights
 
     return traced
+
+
+def tail_aware(model: TailModel) -> Estimator:
+    """Returns the tail-aware estimator of the tail model `model`, named as the model."""
+    return Estimator(model.name, _tail(model), tail=model)
 
 
 ESTIMATORS: dict[str, Estimator] = {
@@ -91,10 +94,17 @@ ESTIMATORS: dict[str, Estimator] = {
     for e in (
         Estimator("count", _count),
         Estimator("homogeneous", _homogeneous),
-        Estimator("evt", _tail("mle"), tail="mle"),
-        Estimator("evt_averaged", _tail("mean"), tail="mean"),
+        tail_aware(plug_in.PLUG_IN),
+        tail_aware(averaged.AVERAGED),
     )
 }
+
+
+def register(estimator: Estimator) -> Estimator:
+    """Registers `estimator` under its name (the estimate, the nested bootstrap, the budget
+    check, the artifact and every job then take it by that name); returns it."""
+    ESTIMATORS[estimator.name] = estimator
+    return estimator
 
 
 def get(name: str) -> Estimator:
@@ -104,10 +114,15 @@ def get(name: str) -> Estimator:
     return ESTIMATORS[name]
 
 
-def tail_method(name: str) -> str | None:
-    """Returns the tail model (`evt.METHODS`) behind an estimator name, None without one (count,
-    homogeneous): the estimators whose intervals have threshold terms."""
+def tail_model(name: str) -> TailModel | None:
+    """Returns the tail model behind an estimator name, None without one (count, homogeneous):
+    the estimators whose intervals have threshold terms."""
     return get(name).tail
+
+
+def tail_models() -> tuple[TailModel, ...]:
+    """Returns the registered tail models, in registration order."""
+    return tuple(e.tail for e in ESTIMATORS.values() if e.tail is not None)
 
 
 count, homogeneous = ESTIMATORS["count"], ESTIMATORS["homogeneous"]

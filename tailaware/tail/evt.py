@@ -36,9 +36,13 @@ what the data leave to the prior.
 Shapes: Q queries, M kept scores per query, P positives per query (padded), W the static width
 of the excess arrays, X the size of the xi grid. Tail probabilities are computed in log space.
 
-Gradients: `log_tail_prob` is differentiable in the positive and tail scores. For `method="mle"`
+The two are tail models (`tailaware.tail.models.TailModel`, in `tail/plug_in.py` and
+`tail/averaged.py`); this module holds what they share: the excesses, threshold selection, the
+posterior, pricing, the fit diagnostics, `tail_hardness` and the estimate.
+
+Gradients: `log_tail_prob` is differentiable in the positive and tail scores. For the plug-in
 the fitted (xi, sigma) carry implicit-function-theorem derivatives (see `gpd.fit`); for the
-averaged methods the per-xi scales are held fixed (`stop_gradient`) while the posterior weights
+averaged model the per-xi scales are held fixed (`stop_gradient`) while the posterior weights
 are differentiated through the log-likelihood, which is the exact derivative of the profile by
 the envelope theorem, and through the Laplace width at those fixed scales (its dependence on the
 scale is left out). The threshold's position (which order statistic is u, and its selection)
@@ -47,7 +51,6 @@ and the count switch are discrete and carry no gradient.
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,8 +58,10 @@ import numpy as np
 
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
-from tailaware.tail import dequantize, gpd
-from tailaware.tail.settings import TailSettings
+from tailaware.tail import functional, gpd
+from tailaware.tail.functional import ROUND_SLACK, Core, excess_count
+from tailaware.tail.models import Excesses, TailAtoms, TailEstimate, TailModel
+from tailaware.tail.settings import TailSettings, averaged_share
 
 # Excesses per fit are at least this many when the sample allows (tiny samples, S * (1 - q)
 # small, would otherwise fit two or three points).
@@ -75,13 +80,6 @@ GOF_FACTORS = (1.0, 0.5, 0.25)
 # Threshold stability: refit with the excess count scaled by these factors (the diagnostics' xi
 # refits, and `estimate`'s reruns of the whole estimator).
 STABILITY_FACTORS = (0.5, 2.0)
-METHODS = ("mle", "mean")
-
-
-# Excess counts round half up with this slack: a count at exactly k + 1/2 in exact arithmetic
-# (e.g. half of 25) must round the same way in float32 and float64, on the full sample and on
-# the nested bootstrap's re-expressed one (`functional.core`).
-ROUND_SLACK = 1e-3
 
 
 def _n_excesses(n_finite, threshold_quantile, factor):
@@ -91,13 +89,7 @@ def _n_excesses(n_finite, threshold_quantile, factor):
     return jnp.clip(k, jnp.minimum(MIN_EXCESSES, n_finite - 1), n_finite - 1)
 
 
-def excess_count(m: int, threshold_quantile: float, factor: float = 1.0) -> int:
-    """Returns round((1 - q) factor m), half up with `ROUND_SLACK`: `_n_excesses`' count for m
-    kept scores before its clip, as a Python int (static shapes, `functional.core`)."""
-    return int(np.floor((1.0 - float(threshold_quantile)) * factor * m + 0.5 + ROUND_SLACK))
-
-
-def _width(m, threshold_quantile, factor):
+def excess_width(m, threshold_quantile, factor):
     """Returns the static width W of the excess arrays for M kept scores."""
     k = excess_count(m, threshold_quantile, factor)
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
@@ -116,13 +108,13 @@ def excesses(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
       factor: scales the number of excesses (threshold-stability refits); may be traced when
         `width` is given.
       width: W, the static width of the excess arrays; by default the smallest that holds them
-        (`_width`). A wider W pads with masked-out entries.
+        (`excess_width`). A wider W pads with masked-out entries.
 
     Returns:
       (u [Q], y [Q, W], mask [Q, W]).
     """
     m = tail_scores.shape[1]
-    width = width or _width(m, threshold_quantile, factor)
+    width = width or excess_width(m, threshold_quantile, factor)
 
     def one(tail):
         finite = jnp.isfinite(tail)
@@ -160,17 +152,15 @@ def xi_grid(tilt: float, dtype=jnp.float32, xi_max: float = 0.0):
 
 
 def _profile(y, mask, xis, n_bounded: int):
-    """Returns (sigma [Q, X], loglik [Q, X]) of the profile at every shape of the grid: the
+    """Returns the profile (`gpd.Profile` of [Q, X] arrays) at every shape of the grid: the
     bounded shapes (the first `n_bounded`, xi <= 0) by `gpd.profile_in_xi`, the heavy ones by
     `gpd.profile_in_xi_heavy`."""
     fit = jax.vmap(gpd.profile_in_xi, in_axes=(0, 0, None))
-    sigma, ll = fit(y, mask, xis[:n_bounded])
+    profile = fit(y, mask, xis[:n_bounded])
     if xis.shape[0] > n_bounded:
-        heavy = jax.vmap(gpd.profile_in_xi_heavy, in_axes=(0, 0, None))
-        sigma_h, ll_h = heavy(y, mask, xis[n_bounded:])
-        sigma = jnp.concatenate([sigma, sigma_h], axis=1)
-        ll = jnp.concatenate([ll, ll_h], axis=1)
-    return sigma, ll
+        heavy = jax.vmap(gpd.profile_in_xi_heavy, in_axes=(0, 0, None))(y, mask, xis[n_bounded:])
+        profile = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1), profile, heavy)
+    return profile
 
 
 # The empirical-Bayes prior's candidates (`empirical_bayes_prior`): means across the grid's range
@@ -227,7 +217,7 @@ def gpd_log_x(log_rate, u, xi, sigma, pos_scores):
     return log_rate[:, None] + gpd.log_survival(excess, xi[:, None], sigma[:, None])
 
 
-def _plug_in_log_x(pos_scores, u, mask, n_sample, xi, sigma):
+def plug_in_log_x(pos_scores, u, mask, n_sample, xi, sigma):
     """Returns `gpd_log_x` of the excesses `mask` [Q, W] over u [Q]; -inf at padding (NaN)."""
     log_rate, pad, _ = _pricing_inputs(pos_scores, u, mask, n_sample)
     log_x = gpd_log_x(log_rate, u, xi, sigma, jnp.where(pad, u[:, None], pos_scores))
@@ -247,7 +237,7 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
       (u [Q], y [Q, W], mask [Q, W], A^2 [F, Q]): as `excesses` at the selected thresholds
       (W of the q-quantile's), and every candidate's statistic (inf without excesses).
     """
-    width = width or _width(tail_scores.shape[1], threshold_quantile, factor)
+    width = width or excess_width(tail_scores.shape[1], threshold_quantile, factor)
     pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
     parts = [excesses(tail_scores, threshold_quantile, factor * f, width) for f in GOF_FACTORS]
     u = jnp.stack([p[0] for p in parts])
@@ -263,16 +253,11 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
     return pick(u), pick(y), pick(mask), ad
 
 
-def averaged_share(settings: TailSettings) -> float:
-    """Returns the averaged estimator's excess count as a share of the q-quantile's: (1 -
-    `averaged_quantile`) / (1 - `threshold_quantile`)."""
-    return (1.0 - settings.averaged_quantile) / (1.0 - settings.threshold_quantile)
-
-
-def _posterior(
+def posterior_atoms(
     pos_scores, tail_scores, n_sample, settings: TailSettings, *, factor=1.0, width=None
 ):
-    """`posterior`, plus the selected excess count [Q], the A^2 statistics [F, Q] and the
+    """Returns `posterior`'s atoms and weights as a `TailAtoms`, with whether every profile
+    solve converged [Q], the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
     `factor` and `width` set the default threshold's excess count as in `excesses`; the
@@ -284,7 +269,7 @@ def _posterior(
     factor = factor * averaged_share(settings)
     u, y, mask, ad = select_threshold(tail_scores, q, critical, factor, width)
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
-    sigma, ll = _profile(y, mask, xis, XI_GRID_SIZE)
+    sigma, ll, converged = _profile(y, mask, xis, XI_GRID_SIZE)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
     log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
     log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
@@ -303,7 +288,8 @@ def _posterior(
             excess[:, :, None], room, xis[None, None, :], sigma[:, None, :]
         )
     log_x = jnp.where(pad[:, :, None], -jnp.inf, log_rate[:, None, None] + log_s)
-    return log_x, weights, jnp.sum(mask, axis=1).astype(dtype), ad, eb
+    n_selected = jnp.sum(mask, axis=1).astype(dtype)
+    return TailAtoms(log_x, weights, jnp.all(converged, axis=1), n_selected, ad, eb)
 
 
 def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
@@ -338,16 +324,16 @@ def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
     Returns:
       (log_x [Q, P, X], -inf at padding; weights [Q, X]).
     """
-    return _posterior(pos_scores, tail_scores, n_sample, settings)[:2]
+    return posterior_atoms(pos_scores, tail_scores, n_sample, settings)[:2]
 
 
-def _log_mean(log_x, weights):
+def log_mean(log_x, weights):
     """Returns log of the posterior-mean hardness [Q, P] from atoms [Q, P, X], weights [Q, X]."""
     return jax.nn.logsumexp(log_x, axis=2, b=weights[:, None, :])
 
 
-@functools.partial(jax.jit, static_argnames=("settings", "method"))
-def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, method="mle"):
+@functools.partial(jax.jit, static_argnames=("settings", "model"))
+def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, model: TailModel):
     """Returns log x = log((n_u / S) P(Y > s - u)), the tail model's hardness (eq. B.1).
 
     Pure JAX, differentiable in `pos_scores` and `tail_scores` (see the module docstring for the
@@ -357,24 +343,30 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, met
       pos_scores: [Q, P] positive scores, NaN padded.
       tail_scores: [Q, M] kept sampled scores, descending, -inf padded.
       n_sample: S, the full sample size.
-      settings: q and, for method "mean", the posterior's prior and threshold test.
-      method: "mle" (plug-in, `evt`) or "mean" (the posterior mean of the tail probability,
-        the mean of `posterior`'s atoms: `evt_averaged`'s reported x).
+      settings: q and, for the averaged model, the posterior's prior and threshold test.
+      model: the tail model (`estimators.tail_model`): its `price` of its atoms, e.g. the
+        plug-in's one fit (`evt`) or the posterior mean of the tail probability over the atoms
+        of `posterior` (`evt_averaged`'s reported x).
 
     Returns:
-      [Q, P] log hardness; -inf beyond a plug-in endpoint (method "mle") or at padding.
+      [Q, P] log hardness; -inf beyond a plug-in endpoint or at padding.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     mask = ~jnp.isnan(pos_scores)
     counts = jnp.zeros_like(pos_scores)  # which positives the tail prices plays no part here
-    est = tail_hardness(pos_scores, counts, mask, tail_scores, n_sample, settings, method=method)
-    if method == "mean":
-        return _log_mean(est.log_atoms, est.weights)
-    return est.log_atoms[..., 0]
+    c = Core(
+        tail=tail_scores,
+        pos=pos_scores,
+        counts=counts,
+        mask=mask,
+        fixed=counts,
+        s=n_sample,
+        threshold_quantile=settings.threshold_quantile,
+    )
+    est = tail_hardness(c, settings, model)
+    return model.price(est.atoms.log_atoms, est.atoms.weights)
 
 
-def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
+def stability_fits(tail_scores, threshold_quantile, stack_main=True):
     """Returns the main fit's threshold u [Q], its fit, and per `STABILITY_FACTORS` the excesses
     (u, y, mask) and the refit.
 
@@ -401,8 +393,8 @@ def _stability_fits(tail_scores, threshold_quantile, stack_main=True):
     return u, fit, others, refits
 
 
-def _tail_fit(u, fit, refits) -> TailFit:
-    """Returns the fit fields of `TailFit` from `_stability_fits`' outputs."""
+def tail_fit(u, fit, refits) -> TailFit:
+    """Returns the fit fields of `TailFit` from `stability_fits`' outputs."""
     se = gpd.xi_standard_error(fit.xi, fit.n)
     stable = jnp.ones_like(fit.converged)
     for refit in refits:
@@ -428,8 +420,8 @@ def _tail_fit(u, fit, refits) -> TailFit:
 
 @functools.partial(jax.jit, static_argnames=("threshold_quantile",))
 def _diagnostics_jit(tail_scores, threshold_quantile):
-    u, fit, _, refits = _stability_fits(tail_scores, threshold_quantile)
-    return _tail_fit(u, fit, refits)
+    u, fit, _, refits = stability_fits(tail_scores, threshold_quantile)
+    return tail_fit(u, fit, refits)
 
 
 def diagnostics(tail_scores, threshold_quantile=0.95) -> TailFit:
@@ -459,142 +451,89 @@ def priced_atoms(log_atoms, priced, counts, n_sample, mask, xp=jnp):
     return xp.where(priced[..., None], xp.exp(log_atoms), x_count)
 
 
-class TailEstimate(NamedTuple):
-    """`tail_hardness`' traced result (Q queries, P positives, A atoms).
-
-    Attributes:
-      log_atoms: [Q, P, A] the tail's log hardness of every positive (-inf at padding); the
-        positives it does not price keep their counts (`priced_atoms`).
-      weights: [Q, A] the atoms' weights (one atom of weight 1 for the plug-in).
-      priced: [Q, P] which positives the tail prices (`tail_priced`).
-      u: [Q] the default threshold (it decides which positives the tail prices).
-      fitted: [Q] some stored score lies above u.
-      n_selected, ad, prior: the averaged estimator's selected excess count [Q], the
-        Anderson-Darling statistics [F, Q] of its threshold candidates and its empirical-Bayes
-        prior's (mean, sd); None for the plug-in.
-    """
-
-    log_atoms: jax.Array
-    weights: jax.Array
-    priced: jax.Array
-    u: jax.Array
-    fitted: jax.Array
-    n_selected: jax.Array | None = None
-    ad: jax.Array | None = None
-    prior: jax.Array | None = None
-
-
 def tail_hardness(
-    pos,
-    counts,
-    mask,
-    tail,
-    n_sample,
-    settings: TailSettings,
-    *,
-    method: str,
-    factor=1.0,
-    width=None,
+    c: Core, settings: TailSettings, model: TailModel, *, factor=1.0, width=None
 ) -> TailEstimate:
     """Returns the tail-aware estimate of one sample, traced: the one definition that the
     estimate (with its reruns), the nested bootstrap and the budget check all run.
 
     Args:
-      pos: [Q, P] positive scores; counts: [Q, P] sampled distractors above each; mask: [Q, P]
-        real positives.
-      tail: [Q, M] kept sampled scores, descending, -inf padded.
-      n_sample: S.
-      settings: the tail settings (q, M's use, the prior, `min_count`).
-      method: the tail model, "mle" (plug-in, `evt`) or "mean" (the posterior, `evt_averaged`).
+      c: the sample's inputs (`functional.Core`): positive scores, sampled counts above them and
+        real positives [Q, P]; kept sampled scores [Q, M], descending, -inf padded; S.
+      settings: the tail settings at `c`'s threshold quantile (`functional.tail_settings`).
+      model: the tail model, whose `fit` prices the tail.
       factor, width: scale the default threshold's excess count, in W = `width` slots
         (`excesses`): the threshold reruns.
     """
-    pos_nan = jnp.where(mask, pos, jnp.nan)
-    u, y, ex_mask = excesses(tail, settings.threshold_quantile, factor, width)
-    fitted = jnp.any(ex_mask, axis=1)
-    priced = tail_priced(mask, pos, counts, u, fitted, settings.min_count)
-    if method == "mean":
-        log_atoms, weights, n_selected, ad, prior = _posterior(
-            pos_nan, tail, n_sample, settings, factor=factor, width=width
-        )
-        return TailEstimate(log_atoms, weights, priced, u, fitted, n_selected, ad, prior)
-    fit = jax.vmap(gpd.fit)(y, ex_mask)
-    log_x = _plug_in_log_x(pos_nan, u, ex_mask, n_sample, fit.xi, fit.sigma)
-    ones = jnp.ones((tail.shape[0], 1), tail.dtype)
-    return TailEstimate(log_x[..., None], ones, priced, u, fitted)
+    default = Excesses(*excesses(c.tail, settings.threshold_quantile, factor, width))
+    fitted = jnp.any(default.mask, axis=1)
+    priced = tail_priced(c.mask, c.pos, c.counts, default.u, fitted, settings.min_count)
+    atoms = model.fit(c, settings, default, factor=factor, width=width)
+    return TailEstimate(atoms, priced, default.u, fitted)
 
 
-@functools.partial(jax.jit, static_argnames=("settings", "method", "reruns"))
-def _estimate_jit(pos, counts, mask, tail, n_sample, settings: TailSettings, method, reruns):
-    """Returns (the fit diagnostics, the estimate, its reruns or None, the estimate's log
-    posterior-mean hardness [Q, P]), traced.
+def nan_padded(c: Core):
+    """Returns the positive scores [Q, P] of `c`, NaN at padding (as `gpd_log_x` prices them)."""
+    return jnp.where(c.mask, c.pos, jnp.nan)
 
-    With `reruns`, the estimator is also rerun with the excess count scaled by each of
-    `STABILITY_FACTORS`. Method "mean" runs `tail_hardness` once, vmapped over the factors
-    (1, *STABILITY_FACTORS) in the widest factor's slots (padding changes no result), so the
-    reruns cost no compilation of their own; the plug-in's reruns are the diagnostics'
-    threshold-stability refits.
+
+def rerun_width(tail, settings: TailSettings, factors, share: float = 1.0) -> int:
+    """Returns the excess slots W that hold every threshold of `threshold_reruns`: the widest
+    of the default thresholds' (times `factors`) and, for a model with its own threshold at
+    `share` of the default's excesses, its."""
+    return excess_width(tail.shape[1], settings.threshold_quantile, max(factors) * max(1.0, share))
+
+
+def threshold_reruns(c: Core, settings: TailSettings, model: TailModel, *, reruns, share=1.0):
+    """Returns (the fit diagnostics, the estimate, its reruns or None), traced: the `RerunsFn`
+    of a tail model without its own.
+
+    With `reruns`, the estimate is also rerun with the excess count scaled by each of
+    `STABILITY_FACTORS`: `tail_hardness` runs once, vmapped over the factors (1,
+    *STABILITY_FACTORS) in the widest factor's slots (padding changes no result), so the reruns
+    cost no compilation of their own. `share`: the model's own threshold keeps this share of
+    the default's excesses (`rerun_width`).
     """
-    q = settings.threshold_quantile
-    u, fit, others, refits = _stability_fits(tail, q, stack_main=method == "mean")
-    diag = _tail_fit(u, fit, refits)
-    if method == "mean":
-        factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
-        # Slots for the widest of the default thresholds' and the posterior's excesses.
-        width = _width(tail.shape[1], q, max(factors) * max(1.0, averaged_share(settings)))
+    u, fit, _, refits = stability_fits(c.tail, settings.threshold_quantile)
+    diag = tail_fit(u, fit, refits)
+    factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
+    width = rerun_width(c.tail, settings, factors, share)
 
-        def one(f):
-            return tail_hardness(
-                pos, counts, mask, tail, n_sample, settings, method=method, factor=f, width=width
-            )
+    def one(f):
+        return tail_hardness(c, settings, model, factor=f, width=width)
 
-        every = jax.vmap(one)(jnp.asarray(factors, tail.dtype))
-        main = jax.tree.map(lambda a: a[0], every)
-        _, _, default_mask = excesses(tail, q, averaged_share(settings), width)
-        diag = diag._replace(
-            n_exceed_posterior=jnp.sum(default_mask, axis=1).astype(tail.dtype),
-            n_exceed_selected=main.n_selected,
-            ad=main.ad[0],
-            prior_mean=jnp.full_like(u, main.prior[0]),  # the benchmark's, on every row
-            prior_sd=jnp.full_like(u, main.prior[1]),
-        )
-        rest = jax.tree.map(lambda a: a[1:], every) if reruns else None
-        return diag, main, rest, _log_mean(main.log_atoms, main.weights)
-    main = tail_hardness(pos, counts, mask, tail, n_sample, settings, method=method)
-    log_x = main.log_atoms[..., 0]
-    if not reruns:
-        return diag, main, None, log_x
-    reps = []
-    for (u_f, _, mask_f), refit in zip(others, refits, strict=True):
-        log_f = _plug_in_log_x(
-            jnp.where(mask, pos, jnp.nan), u_f, mask_f, n_sample, refit.xi, refit.sigma
-        )
-        fitted = jnp.any(mask_f, axis=1)
-        priced = tail_priced(mask, pos, counts, u_f, fitted, settings.min_count)
-        reps.append(TailEstimate(log_f[..., None], main.weights, priced, u_f, fitted))
-    return diag, main, jax.tree.map(lambda *a: jnp.stack(a), *reps), log_x
+    every = jax.vmap(one)(jnp.asarray(factors, c.tail.dtype))
+    main = jax.tree.map(lambda a: a[0], every)
+    rest = jax.tree.map(lambda a: a[1:], every) if reruns else None
+    return diag, main, rest
 
 
-def _host_inputs(scores: SampledScores, settings: TailSettings):
-    """Returns (positive scores [Q, P], counts [Q, P] (0 at padding), kept tail [Q, M'], S)."""
-    tail = dequantize.spread_ties(scores.tail_scores[:, : int(settings.top_m)], settings.tie_share)
-    counts = np.where(scores.mask, scores.pos_counts, 0)
-    pos = np.asarray(scores.pos_scores, np.float32)
-    return pos, counts, tail, float(scores.n_sample)
+@functools.partial(jax.jit, static_argnames=("settings", "model", "reruns"))
+def _estimate_jit(c: Core, settings: TailSettings, model: TailModel, reruns):
+    """Returns (the fit diagnostics, the estimate, its reruns or None, the estimate's log point
+    hardness [Q, P]), traced: the model's `reruns` (`threshold_reruns` without one) and its
+    `price`."""
+    if model.reruns is None:
+        diag, main, rest = threshold_reruns(c, settings, model, reruns=reruns)
+    else:
+        diag, main, rest = model.reruns(c, settings, reruns=reruns)
+    return diag, main, rest, model.price(main.atoms.log_atoms, main.atoms.weights)
 
 
 def _host_atoms(est, counts, n_sample, mask):
     """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
     renormalised in float64 (they come from a float32 softmax)."""
     with np.errstate(under="ignore"):
-        log_atoms = np.asarray(est.log_atoms, np.float64)
+        log_atoms = np.asarray(est.atoms.log_atoms, np.float64)
         atoms = priced_atoms(log_atoms, est.priced, counts, n_sample, mask, xp=np)
-    weights = np.asarray(est.weights, np.float64)
+    weights = np.asarray(est.atoms.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
 
-def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns: bool = False):
-    """Returns the tail-aware `Hardness` with the tail model `method` ("mle" or "mean").
+def estimate(
+    scores: SampledScores, settings: TailSettings, model: TailModel, reruns: bool = False
+) -> Hardness:
+    """Returns the tail-aware `Hardness` with the tail model `model`.
 
     With `reruns`, its `reruns` hold the estimate rerun with half and twice the excesses over
     its threshold (`STABILITY_FACTORS`; threshold selection included). A GPD is a model of the
@@ -602,18 +541,18 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
     penultimate effect), and how far the prediction moves with it is the usual measure of the
     tail model's own error, which no resampling of the data sees (the reported interval widens
     by it, `tailaware.protocol.intervals`). The reruns price positives as the estimate does, by
-    the tail above their own threshold and by counts elsewhere, and carry no diagnostics. Method
-    "mean" also returns, with the reruns, its weights under a flatter and a steeper prior on xi
-    (`prior_weights`).
+    the tail above their own threshold and by counts elsewhere, and carry no diagnostics. A
+    model with a prior (`TailModel.prior_weights`) also returns, with the reruns, its weights
+    under a flatter and a steeper prior on xi; one with more than one atom its atoms.
 
     `settings` gives M (`top_m`), q (`threshold_quantile`), `min_count` and the prior. `fit`
     holds the per-query diagnostics (`TailFit`).
     """
-    mask = scores.mask
-    pos, counts, tail, s = _host_inputs(scores, settings)
-    diag, main, rest, log_x = jax.device_get(
-        _estimate_jit(pos, counts, mask, tail, s, settings, method, reruns)
-    )
+    c = functional.core(scores, settings, full=True)
+    # The host prices counted positives in float64 from the file's exact counts and S.
+    mask, s = scores.mask, float(scores.n_sample)
+    counts = np.where(mask, scores.pos_counts, 0)
+    diag, main, rest, log_x = jax.device_get(_estimate_jit(c, settings, model, reruns))
     diag = jax.tree.map(np.asarray, diag)
     priced = np.asarray(main.priced)
     with np.errstate(under="ignore"):
@@ -621,9 +560,10 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
     x = np.where(mask, np.where(priced, x_tail, counts / s), 0.0)
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
-    beyond = priced & (np.where(mask, pos, -np.inf) > diag.endpoint[:, None])
+    beyond = priced & (np.where(mask, np.asarray(c.pos), -np.inf) > diag.endpoint[:, None])
     diag = diag._replace(
         fitted=np.asarray(main.fitted),
+        newton_converged=np.asarray(main.atoms.converged),
         share_tail_priced=priced.sum(axis=1) / n_pos,
         share_beyond_endpoint=beyond.sum(axis=1) / n_pos,
         share_zero=(mask & (x == 0) & priced).sum(axis=1) / n_pos,
@@ -634,9 +574,10 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
             _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s)
             for i in range(len(STABILITY_FACTORS))
         )
-    if method != "mean":
+    if np.shape(main.atoms.weights)[1] == 1:  # a point estimate
         return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
     atoms, weights = _host_atoms(main, counts, s, mask)
+    with_prior = reruns and model.prior_weights is not None
     return Hardness(
         x=x,
         mask=mask,
@@ -645,7 +586,7 @@ def estimate(scores: SampledScores, settings: TailSettings, method: str, reruns:
         atoms=atoms,
         weights=weights,
         reruns=others,
-        prior_weights=prior_weights(weights, settings) if reruns else None,
+        prior_weights=model.prior_weights(weights, settings) if with_prior else None,
     )
 
 

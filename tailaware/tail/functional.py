@@ -1,9 +1,11 @@
-"""One sample's estimator inputs at a fixed shape, shared by every (sub-)sample of a study.
+"""A sample's estimator inputs as arrays: the one place a sampled-scores file becomes them.
 
-The nested bootstrap reruns the estimator on hundreds of resampled samples inside one compiled
-program, and the budget check on nested sub-samples of different sizes; both need the inputs as
-fixed-shape arrays (`Core`) that the estimators' traced definitions
-(`tailaware.tail.estimators.Estimator.traced`) read, rather than a file.
+The estimators' traced definitions (`tailaware.tail.estimators.Estimator.traced`) read fixed-
+shape arrays (`Core`), not a file: the nested bootstrap reruns them on hundreds of resampled
+samples inside one compiled program, the budget check on nested sub-samples of different sizes,
+and the tail-aware estimate with its fit diagnostics (`evt.estimate`) on the whole kept tail.
+`core` builds them for all three, and `tail_settings` moves the tail settings to the threshold
+quantile a `Core` is built at.
 
 Shapes: Q queries, P positives (padded), L stored tail scores read.
 """
@@ -16,8 +18,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from tailaware.io.scores import SampledScores
-from tailaware.tail import dequantize, evt
-from tailaware.tail.settings import TailSettings
+from tailaware.tail import dequantize
+from tailaware.tail.settings import TailSettings, averaged_share
+
+# Excess counts round half up with this slack: a count at exactly k + 1/2 in exact arithmetic
+# (e.g. half of 25) must round the same way in float32 and float64, on the full sample and on
+# the nested bootstrap's re-expressed one (`core`).
+ROUND_SLACK = 1e-3
+
+
+def excess_count(m: int, threshold_quantile: float, factor: float = 1.0) -> int:
+    """Returns round((1 - q) factor m), half up with `ROUND_SLACK`: `evt.excesses`' count for m
+    kept scores before its clip, as a Python int (static shapes)."""
+    return int(np.floor((1.0 - float(threshold_quantile)) * factor * m + 0.5 + ROUND_SLACK))
 
 
 @functools.partial(
@@ -52,7 +65,7 @@ def resample_width(settings: TailSettings, m: int) -> int:
     A Poisson-resampled top k + 1 comes from the original top k + 1 + O(sqrt(k)) scores; 8 sd
     of margin makes running short a < 1e-12 event.
     """
-    k = evt.excess_count(m, settings.threshold_quantile)
+    k = excess_count(m, settings.threshold_quantile)
     return int(min(m, k + 1 + int(np.ceil(8.0 * np.sqrt(k + 1))) + 16))
 
 
@@ -63,7 +76,11 @@ def _kept(scores: SampledScores, top_m: int) -> int:
 
 
 def core(
-    scores: SampledScores, settings: TailSettings, reference: SampledScores | None = None
+    scores: SampledScores,
+    settings: TailSettings,
+    reference: SampledScores | None = None,
+    *,
+    full: bool = False,
 ) -> Core:
     """Returns the fixed-shape inputs of `scores` for the estimators' traced definitions.
 
@@ -72,21 +89,29 @@ def core(
     sub-samples) gets the same width L and the same q' = 1 - k_ref / L_ref: a sample with k_s
     excesses keeps its top L_s = round(k_s L / k_ref) scores (padded with -inf), which puts the
     threshold at its own (k_s + 1)-th score. One compiled function then serves them all.
+
+    With `full` (no `reference`), the tail-aware estimate's own inputs instead: every stored
+    score up to `top_m`, at q itself, as its fit diagnostics and threshold reruns (twice the
+    excesses) read them. Either way ties are spread first (`dequantize.spread_ties`).
     """
-    ref = scores if reference is None else reference
     top_m = int(settings.top_m)
-    m_ref = _kept(ref, top_m)
-    width = resample_width(settings, m_ref)
-    k_ref = max(evt.excess_count(m_ref, settings.threshold_quantile), 1)
-    tq = 1.0 - k_ref / width
-    m_s = _kept(scores, top_m)
-    keep = min(
-        int(round(evt.excess_count(m_s, settings.threshold_quantile) * width / k_ref)), m_s, width
-    )
-    tail = np.full((scores.num_queries, width), -np.inf, np.float32)
-    tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s], settings.tie_share)[
-        :, :keep
-    ]
+    if full:
+        tail = dequantize.spread_ties(scores.tail_scores[:, :top_m], settings.tie_share)
+        tq = settings.threshold_quantile
+    else:
+        ref = scores if reference is None else reference
+        m_ref = _kept(ref, top_m)
+        width = resample_width(settings, m_ref)
+        k_ref = max(excess_count(m_ref, settings.threshold_quantile), 1)
+        tq = 1.0 - k_ref / width
+        m_s = _kept(scores, top_m)
+        keep = min(
+            int(round(excess_count(m_s, settings.threshold_quantile) * width / k_ref)), m_s, width
+        )
+        tail = np.full((scores.num_queries, width), -np.inf, np.float32)
+        tail[:, :keep] = dequantize.spread_ties(scores.tail_scores[:, :m_s], settings.tie_share)[
+            :, :keep
+        ]
     mask = scores.mask
     return Core(
         tail=jnp.asarray(tail),
@@ -96,4 +121,16 @@ def core(
         fixed=jnp.asarray(np.where(mask, scores.fixed_counts, 0), jnp.float32),
         s=jnp.float32(scores.n_sample),
         threshold_quantile=tq,
+    )
+
+
+def tail_settings(c: Core, settings: TailSettings) -> TailSettings:
+    """Returns `settings` at the threshold quantile q' that `c` was built at (`core`): the
+    threshold at q', the averaged estimator's at the same share of its excesses as on the full
+    sample (`averaged_share`). `settings` itself at q' = q."""
+    if c.threshold_quantile == settings.threshold_quantile:
+        return settings
+    averaged = 1.0 - averaged_share(settings) * (1.0 - c.threshold_quantile)
+    return dataclasses.replace(
+        settings, threshold_quantile=c.threshold_quantile, averaged_quantile=averaged
     )

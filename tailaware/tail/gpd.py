@@ -75,6 +75,11 @@ HEAVY_STEPS = 12
 NEWTON_ITERS = 8
 # A Newton step below this (relative to 1 + |s|, ~8 float32 ulps) ends the iteration.
 NEWTON_TOL = 1e-6
+# A solve whose root is uncertain by at most this (relative to 1 + |s|) has converged
+# (`NewtonState`): float32 noise in a flat profile's slope leaves up to ~1e-5 (above
+# NEWTON_TOL, so the iteration may never stop), a solve cut short ~1e-3 and more
+# (docs/estimators.md, "The fitters").
+CONVERGED_TOL = 1e-4
 GRID_SIZE = 48
 _LOG2 = math.log(2.0)
 
@@ -91,8 +96,10 @@ class GPDFit(NamedTuple):
       n: number of excesses (masked-in entries), as the float dtype.
       at_xi0: the optimum is the xi = 0 (exponential) boundary.
       at_xi_minus1: the optimum is the xi = -1 (uniform) boundary.
-      converged: a proper optimum was found (False for degenerate input or a search that ended
-        at the grid edge).
+      converged: a proper optimum was found (False for degenerate input, a search that ended
+        at the grid edge, or a Newton refinement that did not converge).
+      newton_converged: the Newton refinement of an interior optimum met its tolerance
+        (`NewtonState.converged`); True where the optimum is a boundary or there is none.
     """
 
     xi: jax.Array
@@ -102,6 +109,48 @@ class GPDFit(NamedTuple):
     n: jax.Array
     at_xi0: jax.Array
     at_xi_minus1: jax.Array
+    converged: jax.Array
+    newton_converged: jax.Array
+
+
+class NewtonState(NamedTuple):
+    """How a Newton solve (`_newton`) ended, as jaxopt's solvers return their state.
+
+    Attributes:
+      converged: `error` <= `CONVERGED_TOL`: the iterate is the root to float resolution.
+        False when the step budget ran out first, e.g. the root lies outside the bracket (g
+        never changed sign) or the steps were too few to close in on it.
+      iterations: the steps taken until a Newton step met `NEWTON_TOL` and the iteration
+        stopped (the whole budget when none did: float32 noise in g can keep the step a few
+        ulps long at the root).
+      error: the uncertainty left in the root relative to 1 + |s| at the last step: the Newton
+        step, or, once g has changed sign, the bracket's width if smaller.
+    """
+
+    converged: jax.Array
+    iterations: jax.Array
+    error: jax.Array
+
+
+class NewtonStep(NamedTuple):
+    """A Newton solve's result (jaxopt's `OptStep`): the root `params` and its `state`."""
+
+    params: jax.Array
+    state: NewtonState
+
+
+class Profile(NamedTuple):
+    """The likelihood profiled over the scale at fixed shapes [X] (`profile_in_xi`).
+
+    Attributes:
+      sigma: [X] the scale maximising the likelihood at each shape.
+      loglik: [X] the log-likelihood there.
+      converged: [X] the Newton solve for the scale met its tolerance (`NewtonState`); True at
+        shapes with a closed form and without excesses.
+    """
+
+    sigma: jax.Array
+    loglik: jax.Array
     converged: jax.Array
 
 
@@ -180,7 +229,8 @@ def _profile_derivatives(s, z, w, n):
 
 
 def _search(z, w, n):
-    """Returns the best interior profile point (loglik / n, xi, sigma, on_edge) in y_max units.
+    """Returns the best interior profile point (loglik / n, xi, sigma, on_edge) in y_max units,
+    and the refinement's `NewtonState`.
 
     A fixed grid picks the basin; `_newton` on the profile's derivative refines it inside the
     best grid point's bracket with a fixed number of steps.
@@ -193,7 +243,7 @@ def _search(z, w, n):
     lo, hi = padded[k], padded[jnp.minimum(k + 2, GRID_SIZE)]
 
     slope = lambda s: _profile_derivatives(s, z, w, n)
-    s = _newton(slope, grid[k], lo, hi, NEWTON_ITERS)
+    s, state = _newton(slope, grid[k], lo, hi, NEWTON_ITERS)
     t = -jnp.expm1(-s)
     ll, xi, sigma = _profile_from_mean_log(t, jnp.sum(_log_q(s, z, w)) / n)
     ll = jnp.where(jnp.isnan(ll), -jnp.inf, ll)
@@ -206,7 +256,7 @@ def _search(z, w, n):
         jnp.where(better, xi, xi_k),
         jnp.where(better, sigma, sigma_k),
         on_edge,
-    )
+    ), state
 
 
 def _scaled_log1p(y, xi, sig):
@@ -328,7 +378,7 @@ def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
     m1_safe = jnp.where(m1 > 0, m1, 1.0)
     ll_exp = -jnp.log(m1_safe) - 1.0
     ll_unif = jnp.zeros((), dtype)
-    ll_int, xi_int, sig_int, on_edge = _search(z, w, n_safe)
+    (ll_int, xi_int, sig_int, on_edge), newton = _search(z, w, n_safe)
     ll_int = jnp.where(cv_ge_1 | jnp.isnan(ll_int), -jnp.inf, ll_int)
 
     choose_exp = (ll_exp >= ll_int) & (ll_exp >= ll_unif)
@@ -353,7 +403,8 @@ def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
     ll = jnp.where(ok, ll, jnp.where(n > 0, jnp.inf, 0.0))
     xi_neg = jnp.where(xi < 0, xi, -1.0)
     endpoint = jnp.where(xi < 0, sigma / -xi_neg, jnp.where(ok, jnp.inf, 0.0))
-    converged = ok & ~(choose_int & on_edge) & jnp.isfinite(ll)
+    newton_converged = ~(ok & choose_int) | newton.converged
+    converged = ok & ~(choose_int & on_edge) & jnp.isfinite(ll) & newton_converged
     return GPDFit(
         xi=xi.astype(dtype),
         sigma=sigma.astype(dtype),
@@ -363,6 +414,7 @@ def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
         at_xi0=ok & choose_exp,
         at_xi_minus1=ok & choose_unif,
         converged=converged,
+        newton_converged=newton_converged,
     )
 
 
@@ -455,8 +507,9 @@ def xi_standard_error(xi, n):
     return jnp.maximum(1.0 + xi, 0.25) / jnp.sqrt(n_safe)
 
 
-def _newton(slope, s0, lo, hi, steps: int):
-    """Returns the root of a decreasing g by a safeguarded Newton iteration from s0 in [lo, hi].
+def _newton(slope, s0, lo, hi, steps: int) -> NewtonStep:
+    """Returns the root of a decreasing g by a safeguarded Newton iteration from s0 in [lo, hi],
+    with its `NewtonState`.
 
     `slope(s)` returns (g, h = g'). A step that leaves the bracket, or where h >= 0, bisects it
     instead. Once the Newton step from s is below `NEWTON_TOL` (relative), s is the root and
@@ -467,20 +520,28 @@ def _newton(slope, s0, lo, hi, steps: int):
     dtype = s0.dtype
 
     def step(carry, _):
-        s, lo, hi, done = carry
+        s, lo, hi, stopped, signs, iterations, error = carry
         g, h = slope(s)
         lo = jnp.where(g > 0, s, lo)
         hi = jnp.where(g > 0, hi, s)
         d = g / jnp.where(h < 0, h, -1.0)
         s_new = s - d
         good = (h < 0) & (s_new >= lo) & (s_new <= hi) & jnp.isfinite(s_new)
-        done = done | ((h < 0) & (jnp.abs(d) <= NEWTON_TOL * (1.0 + jnp.abs(s))))
+        done = stopped | ((h < 0) & (jnp.abs(d) <= NEWTON_TOL * (1.0 + jnp.abs(s))))
         s_next = jnp.where(done, s, jnp.where(good, s_new, 0.5 * (lo + hi)))
-        return (s_next, lo, hi, done), None
+        # The state (not the iterate): the steps until the stop, the error left at the last.
+        signs = signs | jnp.stack([g > 0, g <= 0])
+        width = jnp.where(signs.all(), hi - lo, jnp.inf)
+        error = jnp.minimum(jnp.where(h < 0, jnp.abs(d), jnp.inf), width) / (1.0 + jnp.abs(s))
+        iterations = iterations + (~stopped).astype(jnp.int32)
+        return (s_next, lo, hi, done, signs, iterations, error), None
 
-    init = (s0, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype), jnp.asarray(False))
-    (s, _, _, _), _ = jax.lax.scan(step, init, None, length=steps)
-    return s
+    signs = jnp.zeros((2,), bool)  # g > 0 seen, g <= 0 seen: the root is bracketed
+    lo, hi = jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+    stopped, iterations = jnp.asarray(False), jnp.asarray(0, jnp.int32)
+    init = (s0, lo, hi, stopped, signs, iterations, jnp.asarray(jnp.inf, dtype))
+    (s, _, _, _, _, iterations, error), _ = jax.lax.scan(step, init, None, length=steps)
+    return NewtonStep(s, NewtonState(error <= CONVERGED_TOL, iterations, error))
 
 
 def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
@@ -499,7 +560,7 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
       xis: [X] shapes in [-1, 0].
 
     Returns:
-      (sigma [X], loglik [X]); sigma = 0 and loglik = 0 when there is no positive excess.
+      A `Profile` of [X] arrays; sigma = 0 and loglik = 0 when there is no positive excess.
     """
     dtype = y.dtype
     y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
@@ -519,18 +580,18 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
             return e * g_t, e * e * h_t - e * g_t
 
         # Start near the root of 1/t = a mean(z) / (1 - t) for a typical excess.
-        s = _newton(slope, jnp.asarray(1.0, dtype), 1e-6, s_max, PROFILE_STEPS)
+        s, state = _newton(slope, jnp.asarray(1.0, dtype), 1e-6, s_max, PROFILE_STEPS)
         t = -jnp.expm1(-s)
-        return jnp.where(interior, -xi / t, 1.0)
+        return jnp.where(interior, -xi / t, 1.0), ~interior | state.converged
 
-    sig_z = jax.vmap(one)(xis)
+    sig_z, converged = jax.vmap(one)(xis)
     sig_z = jnp.where(xis == 0, jnp.sum(z) / n_safe, jnp.where(xis == -1, 1.0, sig_z))
     sigma = jax.lax.stop_gradient(sig_z * scale)
     sigma = jnp.maximum(sigma, -xis * scale * (1.0 + 4.0 * jnp.finfo(dtype).eps))
     ll = jax.vmap(lambda xi, sig: loglik(xi, sig, y, mask))(xis, sigma)
     sigma = jnp.where(ok, sigma, 0.0)
     ll = jnp.where(ok, ll, 0.0)
-    return sigma, ll
+    return Profile(sigma, ll, ~ok | converged)
 
 
 def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
@@ -548,7 +609,7 @@ def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
       xis: [X] shapes > 0.
 
     Returns:
-      (sigma [X], loglik [X]); sigma = 0 and loglik = 0 when there is no positive excess.
+      A `Profile` of [X] arrays; sigma = 0 and loglik = 0 when there is no positive excess.
     """
     dtype = y.dtype
     y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
@@ -566,12 +627,14 @@ def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
 
         # Start at the method-of-moments scale, sigma = (1 - xi) mean(y) (xi < 1).
         s0 = jnp.log(xi * (1.0 - jnp.minimum(xi, 0.9)) / jnp.maximum(mean_z, 1e-6))
-        s = _newton(slope, jnp.clip(s0, -30.0, 30.0).astype(dtype), -30.0, 30.0, HEAVY_STEPS)
-        return xi / jnp.exp(s)  # sigma in units of y_max
+        s0 = jnp.clip(s0, -30.0, 30.0).astype(dtype)
+        s, state = _newton(slope, s0, -30.0, 30.0, HEAVY_STEPS)
+        return xi / jnp.exp(s), state.converged  # sigma in units of y_max
 
-    sigma = jax.lax.stop_gradient(jax.vmap(one)(xis) * scale)
+    sig_z, converged = jax.vmap(one)(xis)
+    sigma = jax.lax.stop_gradient(sig_z * scale)
     ll = jax.vmap(lambda xi, sig: loglik(xi, sig, y, mask))(xis, sigma)
-    return jnp.where(ok, sigma, 0.0), jnp.where(ok, ll, 0.0)
+    return Profile(jnp.where(ok, sigma, 0.0), jnp.where(ok, ll, 0.0), ~ok | converged)
 
 
 def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.Array):

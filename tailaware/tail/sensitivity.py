@@ -51,7 +51,8 @@ from jax.typing import ArrayLike
 from tailaware.core import law
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
-from tailaware.tail import evt
+from tailaware.tail import evt, plug_in
+from tailaware.tail.models import TailModel
 from tailaware.tail.settings import TailSettings
 
 LN10 = float(np.log(10.0))
@@ -449,7 +450,7 @@ def tail_params(fit: TailFit, n_sample: float) -> TailParams:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("settings", "method", "truncation"))
+@functools.partial(jax.jit, static_argnames=("settings", "model", "truncation"))
 def score_gradients(
     pos_scores: jax.Array,
     tail_scores: jax.Array,
@@ -462,20 +463,20 @@ def score_gradients(
     *,
     fixed: ArrayLike | None = None,
     settings: TailSettings = TailSettings(),
-    method: str = "mle",
+    model: TailModel = plug_in.PLUG_IN,
     truncation: law.Truncation = "smooth",
     tau: law.Scalar = 1.0,
 ) -> tuple[jax.Array, jax.Array]:
     """Returns (d mAP / d pos_scores [Q, P], d mAP / d tail_scores [Q, M]) through the tail fit.
 
-    The tail-priced positives take `evt.log_tail_prob` (differentiated through the fitter
-    by implicit differentiation for method "mle"); the others keep `x`. A sampled score's
-    gradient says how much the prediction leans on that one distractor; a positive's says how
-    much a small change of its similarity would move mAP.
+    The tail-priced positives take `evt.log_tail_prob` of the tail `model` (differentiated
+    through the fitter by implicit differentiation for the default, the plug-in); the others
+    keep `x`. A sampled score's gradient says how much the prediction leans on that one
+    distractor; a positive's says how much a small change of its similarity would move mAP.
     """
 
     def f(pos: jax.Array, tail: jax.Array) -> jax.Array:
-        log_x = evt.log_tail_prob(pos, tail, n_sample, settings, method)
+        log_x = evt.log_tail_prob(pos, tail, n_sample, settings, model)
         xt = jnp.where(tail_priced & mask, jnp.exp(log_x), x)
         return law.map_at_k(xt, mask, n, k, fixed, truncation=truncation, tau=tau)[0]
 

@@ -98,3 +98,9 @@ class TailSettings:
             raise ValueError(f"ad_critical must be > 0 (inf: never raise), got {self.ad_critical}")
         if not self.tie_share > 0:
             raise ValueError(f"tie_share must be > 0 (inf: never spread), got {self.tie_share}")
+
+
+def averaged_share(settings: TailSettings) -> float:
+    """Returns the averaged estimator's excess count as a share of the q-quantile's: (1 -
+    `averaged_quantile`) / (1 - `threshold_quantile`)."""
+    return (1.0 - settings.averaged_quantile) / (1.0 - settings.threshold_quantile)
