@@ -81,3 +81,18 @@ def test_mean_sd():
     np.testing.assert_allclose(realization.mean_sd(var), np.sqrt(var.sum()) / 4)
     w = np.array([0.5, 0.5, 0.0, 0.0])
     np.testing.assert_allclose(realization.mean_sd(var, w), np.sqrt(0.25 * 0.13))
+
+
+def test_views_delete_the_other_positives():
+    """A view's metric is the full list's with the other positives deleted: a view of one
+    positive equals that positive alone."""
+    mask = np.ones((1, 2), bool)
+    x = np.array([[0.002, 0.02]])
+    views = np.array([[[True, True]], [[False, True]]])
+    both = realization.spread(x, None, mask, 1000.0, 50, views=views, draws=1000, seed=5)
+    assert both.counts.shape == (2, 1, 1)
+    whole = realization.spread(x, None, mask, 1000.0, 50, draws=1000, seed=5)
+    np.testing.assert_allclose(both.counts[0], whole.counts)
+    alone = realization.spread(x[:, 1:], None, mask[:, 1:], 1000.0, 50, draws=1000)
+    # 1,000 draws of a skewed AP: each variance is known to ~10%.
+    np.testing.assert_allclose(both.counts[1, 0, 0], alone.counts[0, 0], rtol=0.3)

@@ -14,7 +14,7 @@ cumulative sum of independent Poisson increments. Each draw first picks one atom
 hardness posterior by its weight. Two count draws per atom draw separate the counts' own noise
 (`Spread.counts`) from the posterior's spread over atoms (`Spread.total` minus it).
 
-Shapes: Q queries, P positive slots (padded; `mask`), A atoms, D draws, M metrics.
+Shapes: Q queries, P positive slots (padded; `mask`), A atoms, D draws, M metrics, V views.
 """
 
 from typing import NamedTuple
@@ -34,9 +34,10 @@ class Spread(NamedTuple):
     """Each query's variance of its realized metrics around the law's expectation.
 
     Attributes:
-      counts: [M, Q] E_atom Var(metric | atom): the realized counts' own noise.
-      total: [M, Q] Var(metric) with the atom drawn from the posterior too (>= `counts` up to
-        the draws' noise).
+      counts: [M, Q] (or [V, M, Q] in views) E_atom Var(metric | atom): the realized counts'
+        own noise.
+      total: [M, Q] (or [V, M, Q]) Var(metric) with the atom drawn from the posterior too
+        (>= `counts` up to the draws' noise).
     """
 
     counts: np.ndarray
@@ -69,6 +70,7 @@ def spread(
     counts=None,
     n_sample: float | None = None,
     metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
+    views=None,
     draws: int = DRAWS,
     seed: int = 0,
 ) -> Spread:
@@ -84,6 +86,9 @@ def spread(
       counts: [Q, P] the sample's own counts above each positive, or None; with `n_sample` = S
         and n >= S the draws condition on them, as the prediction does.
       metric_list: the M metrics.
+      views: None, or [V, Q, P] bool subsets of each query's positives (the ILIAS report's
+        groups: the others deleted from the list, the non-relevant items above each unchanged);
+        the `Spread`'s fields are then [V, M, Q], each view's metrics.
       draws: D atom draws per query, each with two count draws.
       seed: seed of the draws.
     """
@@ -101,6 +106,7 @@ def spread(
     cum = np.cumsum(w, axis=-1)
     rng = np.random.default_rng(seed)
     chunk = max(1, min(int(draws), _CHUNK_CELLS // max(q * p, 1)))
+    subsets = mask[None] if views is None else np.asarray(views, bool) & mask[None]
     first, second = [], []
     for start in range(0, int(draws), chunk):
         d = min(chunk, int(draws) - start)
@@ -109,15 +115,19 @@ def spread(
         x = np.take_along_axis(atoms[None], pick[:, :, None, None], axis=-1)[..., 0]
         for out in (first, second):
             drawn = _draw_counts(rng, x, mask, base, scale).reshape(d * q, p)
-            flat_mask = np.broadcast_to(mask, (d, q, p)).reshape(d * q, p)
-            out.append(
-                np.stack(
-                    [metrics.value_from_counts(m, drawn, flat_mask, k) for m in metric_list]
-                ).reshape(len(metric_list), d, q)
-            )
-    v1, v2 = np.concatenate(first, axis=1), np.concatenate(second, axis=1)
-    within = 0.5 * np.mean((v1 - v2) ** 2, axis=1)
-    total = np.var(v1, axis=1, ddof=1)
+            values = [
+                [
+                    metrics.value_from_counts(m, drawn, np.tile(subset, (d, 1)), k).reshape(d, q)
+                    for m in metric_list
+                ]
+                for subset in subsets
+            ]
+            out.append(np.asarray(values))  # [V, M, D, Q]
+    v1, v2 = np.concatenate(first, axis=2), np.concatenate(second, axis=2)
+    within = 0.5 * np.mean((v1 - v2) ** 2, axis=2)
+    total = np.var(v1, axis=2, ddof=1)
+    if views is None:
+        within, total = within[0], total[0]
     return Spread(counts=within, total=total)
 
 
