@@ -96,19 +96,32 @@ def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
     }
 
 
-# Candidate intervals for these queries: the prediction +- 1.645 x the quadrature sum of the
-# distractor and model sds and of one realized-value term (None: none), cut to [0, 1], as
-# `intervals.intervals` builds them.
-CANDIDATES = (("dist+model", None), ("+counts", "sd_counts"), ("+posterior", "sd_posterior"))
+def sd_subsamples(r: dict) -> float:
+    """Returns the sampling sd at S that the budget check's nested sub-samples S/8, S/4, S/2, S
+    imply: a halving's move has the variance of the smaller sample's prediction (about 2^i
+    times S's for the i-th halving from the top), so var(S) ~ mean_i(move_i^2 / 2^i)."""
+    moves = np.diff(np.asarray(r["budget_predictions"], np.float64))[::-1]
+    return float(np.sqrt(np.mean(moves**2 / 2.0 ** np.arange(moves.size)))) if moves.size else 0.0
 
 
-def candidate(r: dict, sd_key: str | None) -> tuple[float, float]:
-    """Returns the record's 90% interval for these queries with its `sd_key` term."""
-    sd = np.sqrt(
-        (r["sd_distractor"] or 0.0) ** 2
-        + r["sd_model"] ** 2
-        + (0.0 if sd_key is None else r[sd_key] ** 2)
-    )
+# Candidate intervals for these queries: the prediction +- 1.645 x the quadrature sum of its
+# terms (sds), cut to [0, 1], as `intervals.intervals` builds them. "+counts" is `ci90` as
+# reported (the realized counts' noise, `core.realization`); "+posterior" draws the atoms too;
+# "+sub" adds the sub-samples' sampling sd to it.
+CANDIDATES = (
+    ("dist+model", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"]]),
+    ("+counts", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"]]),
+    ("+posterior", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_posterior"]]),
+    (
+        "+sub",
+        lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"], sd_subsamples(r)],
+    ),
+)
+
+
+def candidate(r: dict, terms) -> tuple[float, float]:
+    """Returns the record's 90% interval for these queries from its `terms` (a record -> sds)."""
+    sd = float(np.sqrt(np.sum(np.square(terms(r)))))
     return intervals.in_range(r["map"] - 1.645 * sd, r["map"] + 1.645 * sd)
 
 
@@ -118,6 +131,7 @@ def summarize(records: list[dict]) -> list[str]:
     for r in records:
         size = "all" if r["set"].startswith("all") else r["set"].split("_")[0]
         groups.setdefault((r["benchmark"], r["fraction"], size, r["qkn"]), []).append(r)
+        groups.setdefault(("(pooled)", "*", size, 0.0), []).append(r)  # every benchmark, fraction
     head = f"{'benchmark':<22}{'frac':>5}{'set':>5}{'QK/N':>6}{'n':>4}{'MAE':>8}{'signed':>8}"
     head += "".join(f"{name:>12}{'h/MAE':>6}" for name, _ in CANDIDATES)
     head += f"{'ciQ':>6}{'Q>=90':>6}"
@@ -126,8 +140,8 @@ def summarize(records: list[dict]) -> list[str]:
         err = np.array([r["map"] - r["truth"] for r in rs])
         mae = np.abs(err).mean()
         line = f"{bench:<22}{frac:>5}{size:>5}{qkn:>6.3f}{len(rs):>4}{mae:>8.4f}{err.mean():>+8.4f}"
-        for _, key in CANDIDATES:
-            ci = [candidate(r, key) for r in rs]
+        for _, terms in CANDIDATES:
+            ci = [candidate(r, terms) for r in rs]
             cov = np.mean([lo <= r["truth"] <= hi for (lo, hi), r in zip(ci, rs, strict=True)])
             half = np.median([(hi - lo) / 2 for lo, hi in ci])
             line += f"{cov:>6.2f} {half:.4f}{half / max(mae, 1e-12):>6.1f}"
