@@ -25,9 +25,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tailaware.core import metrics  # noqa: E402
+from tailaware.core import metrics, realization  # noqa: E402
 from tailaware.io import scores as scores_lib  # noqa: E402
-from tailaware.protocol import prediction  # noqa: E402
+from tailaware.protocol import intervals, prediction  # noqa: E402
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
 
 
@@ -58,8 +58,21 @@ def query_sets(ids, size: int, sets: int) -> list[tuple[str, np.ndarray]]:
 def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
     """Predicts one query set and returns its record against the realized truth."""
     t0 = time.time()
-    p = prediction.predict(scores, settings, n_full)
+    hardness, p = prediction.estimate_and_predict(scores, settings, n_full)
     mask = scores.mask
+    fixed = np.where(mask, scores.fixed_counts, 0)
+    spread = realization.spread(
+        hardness.x if hardness.atoms is None else hardness.atoms,
+        hardness.weights,
+        mask,
+        n_full,
+        settings.k,
+        fixed=fixed,
+        counts=np.where(mask, scores.pos_counts, 0),
+        n_sample=scores.n_sample,
+        draws=settings.protocol.realized_draws,
+        seed=settings.protocol.seed,
+    )
     truth = float(
         metrics.value_from_counts(metrics.METRICS["map"], truth_counts, mask, settings.k).mean()
     )
@@ -74,10 +87,42 @@ def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
         "sd_query": unc.sd_query,
         "sd_distractor": unc.sd_distractor,
         "sd_model": unc.sd_model,
+        "sd_realized": unc.sd_realized,
+        "sd_counts": float(realization.mean_sd(spread.counts[0])),
+        "sd_posterior": float(realization.mean_sd(spread.total[0])),
         "last_change": None if budget is None else budget.last_change,
         "budget_predictions": None if budget is None else list(budget.predictions),
         "seconds": time.time() - t0,
     }
+
+
+def sd_subsamples(r: dict) -> float:
+    """Returns the sampling sd at S that the budget check's nested sub-samples S/8, S/4, S/2, S
+    imply: a halving's move has the variance of the smaller sample's prediction (about 2^i
+    times S's for the i-th halving from the top), so var(S) ~ mean_i(move_i^2 / 2^i)."""
+    moves = np.diff(np.asarray(r["budget_predictions"], np.float64))[::-1]
+    return float(np.sqrt(np.mean(moves**2 / 2.0 ** np.arange(moves.size)))) if moves.size else 0.0
+
+
+# Candidate intervals for these queries: the prediction +- 1.645 x the quadrature sum of its
+# terms (sds), cut to [0, 1], as `intervals.intervals` builds them. "+counts" is `ci90` as
+# reported (the realized counts' noise, `core.realization`); "+posterior" draws the atoms too;
+# "+sub" adds the sub-samples' sampling sd to it.
+CANDIDATES = (
+    ("dist+model", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"]]),
+    ("+counts", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"]]),
+    ("+posterior", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_posterior"]]),
+    (
+        "+sub",
+        lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"], sd_subsamples(r)],
+    ),
+)
+
+
+def candidate(r: dict, terms) -> tuple[float, float]:
+    """Returns the record's 90% interval for these queries from its `terms` (a record -> sds)."""
+    sd = float(np.sqrt(np.sum(np.square(terms(r)))))
+    return intervals.in_range(r["map"] - 1.645 * sd, r["map"] + 1.645 * sd)
 
 
 def summarize(records: list[dict]) -> list[str]:
@@ -86,26 +131,28 @@ def summarize(records: list[dict]) -> list[str]:
     for r in records:
         size = "all" if r["set"].startswith("all") else r["set"].split("_")[0]
         groups.setdefault((r["benchmark"], r["fraction"], size, r["qkn"]), []).append(r)
-    head = (
-        f"{'benchmark':<24}{'frac':>6}{'set':>6}{'QK/N':>7}{'n':>4}{'MAE':>8}{'signed':>8}"
-        f"{'cov ci90':>9}{'half':>8}{'cov ciQ':>9}{'halfQ':>8}{'Q>=90':>7}"
-    )
+        groups.setdefault(("(pooled)", "*", size, 0.0), []).append(r)  # every benchmark, fraction
+    head = f"{'benchmark':<22}{'frac':>5}{'set':>5}{'QK/N':>6}{'n':>4}{'MAE':>8}{'signed':>8}"
+    head += "".join(f"{name:>12}{'h/MAE':>6}" for name, _ in CANDIDATES)
+    head += f"{'ciQ':>6}{'Q>=90':>6}"
     lines = [head]
     for (bench, frac, size, qkn), rs in sorted(groups.items()):
         err = np.array([r["map"] - r["truth"] for r in rs])
-        cov = lambda key, rs=rs: np.mean([r[key][0] <= r["truth"] <= r[key][1] for r in rs])
-        half = lambda key, rs=rs: np.median([(r[key][1] - r[key][0]) / 2 for r in rs])
+        mae = np.abs(err).mean()
+        line = f"{bench:<22}{frac:>5}{size:>5}{qkn:>6.3f}{len(rs):>4}{mae:>8.4f}{err.mean():>+8.4f}"
+        for _, terms in CANDIDATES:
+            ci = [candidate(r, terms) for r in rs]
+            cov = np.mean([lo <= r["truth"] <= hi for (lo, hi), r in zip(ci, rs, strict=True)])
+            half = np.median([(hi - lo) / 2 for lo, hi in ci])
+            line += f"{cov:>6.2f} {half:.4f}{half / max(mae, 1e-12):>6.1f}"
+        cov_q = np.mean([r["ci90_queries"][0] <= r["truth"] <= r["ci90_queries"][1] for r in rs])
         contains = np.mean(
             [
                 r["ci90_queries"][0] <= r["ci90"][0] and r["ci90"][1] <= r["ci90_queries"][1]
                 for r in rs
             ]
         )
-        lines.append(
-            f"{bench:<24}{frac:>6}{size:>6}{qkn:>7.3f}{len(rs):>4}{np.abs(err).mean():>8.4f}"
-            f"{err.mean():>+8.4f}{cov('ci90'):>9.2f}{half('ci90'):>8.4f}"
-            f"{cov('ci90_queries'):>9.2f}{half('ci90_queries'):>8.4f}{contains:>7.2f}"
-        )
+        lines.append(line + f"{cov_q:>6.2f}{contains:>6.2f}")
     return lines
 
 

@@ -162,7 +162,8 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     # the same per-query AP, the reruns' mAP, the distractor sd it stored.
     got = schema.prediction_json(from_artifact.predict(art, settings, n, "hardness.npz"))
     np.testing.assert_allclose(got["per_query_ap"], want["per_query_ap"], atol=1e-7)
-    for field in ("sd_query", "sd_distractor", "threshold_deviation", "prior_deviation"):
+    fields = ("sd_query", "sd_distractor", "threshold_deviation", "prior_deviation", "sd_realized")
+    for field in fields:
         assert got["uncertainty"][field] == pytest.approx(want["uncertainty"][field], abs=1e-7)
     np.testing.assert_allclose(got["ci90"], want["ci90"], atol=1e-6)
     np.testing.assert_allclose(got["ci95"], want["ci95"], atol=1e-6)
@@ -174,8 +175,9 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         np.testing.assert_allclose(mine["curve"]["ci90"], entry["curve"]["ci90"], atol=1e-6)
 
     # Elsewhere: the sd between two stored sizes is between theirs; the interval for these
-    # queries is normal with it and the model term in quadrature, and the one over queries like
-    # these widens that by the query interval in quadrature (`intervals`).
+    # queries is normal with it, the model term and the realized-value term in quadrature, and
+    # the one over queries like these widens that by the query interval in quadrature
+    # (`intervals`).
     _, maps, (typed,) = _at(art, [3e8], 1000)
     unc = schema.interval_json(typed)
     i = np.searchsorted(art.distractor_n, 3e8)
@@ -184,7 +186,9 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     point = maps[0]
     q_lo, q_hi = unc["ci90_query"]
     z = 1.6448536269514722
-    these_hi = min(point + z * np.hypot(unc["sd_distractor"], unc["sd_model"]), 1.0)
+    assert unc["sd_realized"] > 0
+    sd = np.sqrt(unc["sd_distractor"] ** 2 + unc["sd_model"] ** 2 + unc["sd_realized"] ** 2)
+    these_hi = min(point + z * sd, 1.0)
     assert unc["ci90"][1] == pytest.approx(these_hi, abs=1e-9)
     expect_hi = point + np.hypot(these_hi - point, q_hi - point)
     assert unc["ci90_queries"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
@@ -236,8 +240,15 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     plain = schema.prediction_json(from_artifact.predict(bare, settings, n))
     lacks = "lacks the distractor-sample, threshold and prior terms"
     assert lacks in plain["diagnostics"]["summary"][0]
-    assert plain["ci90_queries"] == plain["uncertainty"]["ci90_query"]
-    assert plain["ci90"] == [plain["map"], plain["map"]]  # nothing measured for these queries
+    # For these queries only the realized counts' own noise is left (drawn from the hardness and
+    # counts the artifact always holds); over queries like these, the query interval with it.
+    point, z = plain["map"], 1.6448536269514722
+    sd_r = plain["uncertainty"]["sd_realized"]
+    assert sd_r > 0
+    np.testing.assert_allclose(plain["ci90"], [point - z * sd_r, point + z * sd_r], atol=1e-12)
+    q_lo, q_hi = plain["uncertainty"]["ci90_query"]
+    queries = [point - np.hypot(point - q_lo, z * sd_r), point + np.hypot(q_hi - point, z * sd_r)]
+    np.testing.assert_allclose(plain["ci90_queries"], queries, atol=1e-12)
     assert plain["uncertainty"]["ci_method"] == "query"
     # The distractor sds were measured for mAP@1000: at another k the term is left out, and said.
     at_100 = schema.prediction_json(

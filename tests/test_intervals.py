@@ -104,6 +104,30 @@ def test_intervals_add_the_prior_deviation_to_the_model_term():
     assert out.ci90.reported == pytest.approx((0.5 - 1.6449 * want, 0.5 + 1.6449 * want), rel=1e-4)
 
 
+def test_intervals_add_the_realized_term_for_these_queries():
+    # The realized counts' own noise joins the model term in quadrature; the query interval
+    # does not move, and the interval over queries like these still contains the other.
+    rng = np.random.default_rng(10)
+    q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
+    plain = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02)
+    out = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02, sd_realized=0.03)
+    assert out.sd_realized == 0.03 and plain.sd_realized == 0.0
+    assert out.sd_model == plain.sd_model and out.ci90.query == plain.ci90.query
+    for b, z in ((out.ci90, 1.6449), (out.ci95, 1.9600)):
+        (lo, hi), (slo, shi) = b.reported, b.distractor
+        extra = z * np.hypot(out.sd_model, 0.03)
+        assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, extra), rel=1e-4)
+        assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, extra), rel=1e-4)
+        (wlo, whi) = b.queries
+        assert wlo < lo < hi < whi
+    # Without a distractor or model term it is the interval for these queries alone.
+    alone = intervals.intervals(0.5, q_reps, IntervalSettings(0.0, 0.0), sd_realized=0.03)
+    assert alone.ci90.reported == pytest.approx(
+        (0.5 - 1.6449 * 0.03, 0.5 + 1.6449 * 0.03), rel=1e-4
+    )
+
+
 def test_intervals_stay_inside_the_range_of_the_metric():
     # Near mAP 1 (and 0) a normal widening passes the end of the range; intervals are cut there.
     rng = np.random.default_rng(9)

@@ -2,11 +2,12 @@
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from tailaware.core import metrics
+from tailaware.core import metrics, realization
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io import scores
 from tailaware.jobs import config as config_lib
@@ -151,3 +152,45 @@ def test_a_registered_metric_with_a_per_query_cutoff_is_predicted_and_compared(m
     assert paired.difference == pytest.approx(m.value - b.metrics["toy"].value, abs=1e-9)
     assert paired.ci90_queries[0] <= paired.difference <= paired.ci90_queries[1]
     assert set(schema.comparison_json(c)["metrics"]) == {"map@100", "toy"}
+
+
+def test_realized_terms_of_metrics_and_report_items():
+    """The realized counts' sd: 0 at N = S (nothing left to draw), a mean over queries' spread
+    elsewhere; a report item's is its view's spread over its own query weights."""
+    mask = np.array([[True, True, False], [True, True, True]])
+    x = np.array([[0.001, 0.01, 0.0], [0.002, 0.003, 0.02]])
+    sample = SimpleNamespace(
+        fixed_counts=np.zeros((2, 3), np.int64),
+        pos_counts=np.where(mask, [[0, 1, 0], [0, 0, 2]], -1),
+        n_sample=100,
+    )
+    h = Hardness(x=x, mask=mask, tail_priced=mask)
+    opts = ProtocolSettings(realized_draws=64)
+    maps = (metrics.METRICS["map"],)
+    assert prediction.realized_sd(h, sample, [100.0], 20, maps, opts)[0, 0] == 0.0
+    at_n = prediction.realized_sd(h, sample, [2000.0], 20, maps, opts)[0, 0]
+    want = realization.spread(
+        x,
+        None,
+        mask,
+        2000.0,
+        20,
+        counts=np.where(mask, sample.pos_counts, 0),
+        n_sample=100,
+        draws=64,
+    )
+    assert at_n == pytest.approx(realization.mean_sd(want.counts[0])) and at_n > 0
+    assert prediction.realized_sd(h, sample, [2000.0], 20, maps, ProtocolSettings()) is not None
+    off = ProtocolSettings(realized_draws=0)
+    assert prediction.realized_sd(h, sample, [2000.0], 20, maps, off) is None
+
+    views = np.stack([mask, mask & np.array([False, True, True])])
+    items = (SimpleNamespace(view=1, metric="map"), SimpleNamespace(view=0, metric="recall"))
+    spec = SimpleNamespace(views=views, items=items, weights=np.array([[0.5, 0.5], [0.0, 1.0]]))
+    both = (metrics.METRICS["map"], metrics.METRICS["recall"])
+    got = prediction.realized_items(h, sample, spec, 2000.0, 20, both, opts)
+    counts = np.where(mask, sample.pos_counts, 0)
+    kw = dict(counts=counts, n_sample=100, draws=64, views=views, metric_list=both)
+    var = realization.spread(x, None, mask, 2000.0, 20, **kw).counts  # [V, M, Q]
+    np.testing.assert_allclose(got[0], np.sqrt(0.25 * var[1, 0, 0] + 0.25 * var[1, 0, 1]))
+    np.testing.assert_allclose(got[1], np.sqrt(var[0, 1, 1]))

@@ -160,6 +160,9 @@ class Interval(NamedTuple):
       threshold_maps: the threshold reruns' values of the metric (half, twice the excesses), or
         None (the name is mAP@k's, kept in prediction.json).
       prior_maps: the prior reruns' values (flatter, steeper prior), or None.
+      sd_realized: the sd of the realized value around the law's expectation on these queries
+        (`tailaware.core.realization`): in the interval for these queries; 0 when not measured
+        (and in a file written before it was).
     """
 
     method: str
@@ -173,6 +176,7 @@ class Interval(NamedTuple):
     ci95: Bounds
     threshold_maps: tuple[float, ...] | None = None
     prior_maps: tuple[float, ...] | None = None
+    sd_realized: float = 0.0
 
 
 class Curve(NamedTuple):

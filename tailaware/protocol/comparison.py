@@ -1,10 +1,12 @@
 """Comparing two systems evaluated on the same queries: is A better than B at gallery size N?
 
 Two questions, as for one system (`intervals`). For these queries, the difference the two full
-evaluations would print is uncertain only through the systems' distractor samples (nested
-bootstrap sds, independent of each other) and the tail models (`paired_deviation`: how far
-A - B moves when both estimates are rerun at other tail thresholds, and under other priors on
-the tail shape, scaled as a single system's model term, `intervals.sd_model`); all in
+evaluations would print is uncertain through the systems' distractor samples (nested bootstrap
+sds, independent of each other), their realized counts around the law's expectation
+(`Interval.sd_realized`, taken as independent: two systems scoring the same distractors may
+move together, and the sum then overstates it) and the tail models (`paired_deviation`: how
+far A - B moves when both estimates are rerun at other tail thresholds, and under other priors
+on the tail shape, scaled as a single system's model term, `intervals.sd_model`); all in
 quadrature. Over queries like these, the comparison is paired (paper App. C, ranking
 resolution): the bootstrap resamples queries once per replicate and takes the mean difference
 of the two systems on the same resample, which cancels the between-query variance both share,
@@ -40,6 +42,7 @@ def paired(
     deviation: float = 0.0,
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
+    sd_realized: float = 0.0,
 ) -> dict:
     """Returns the paired comparison of systems A and B on the same queries.
 
@@ -58,6 +61,8 @@ def paired(
       deviation: the difference's threshold sensitivity (`paired_deviation`).
       prior_deviation: the difference's sensitivity to the prior on the tail shape.
       settings: the model terms' factors (as in a single system's interval).
+      sd_realized: the sd of the realized difference around its expectation (both systems'
+        realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
 
     Returns:
       {"difference", "sd", "sd_queries", "ci90", "ci95", "ci90_queries", "ci95_queries",
@@ -71,7 +76,7 @@ def paired(
     point = float(diff.mean())
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
     sd_m = intervals.sd_model(deviation, prior_deviation, settings)
-    sd = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_m**2))
+    sd = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_m**2 + sd_realized**2))
     bounds: dict[str, tuple[float, float]] = {}
     for level in intervals.LEVELS:
         z = float(stats.norm.ppf(0.5 + level / 2.0))
@@ -151,6 +156,7 @@ def compare(
     """
     _check_pair(a, b)
     sd = lambda m: 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
+    real = lambda m: 0.0 if m.interval is None else float(m.interval.sd_realized)
     ma, mb = a.metrics, b.metrics
     out = {}
     for label in (name for name in ma if name in mb):
@@ -166,6 +172,7 @@ def compare(
             deviation=dev,
             prior_deviation=dev_prior,
             settings=settings,
+            sd_realized=float(np.hypot(real(x), real(y))),
         )
         out[label] = Paired(
             value_a=x.value,

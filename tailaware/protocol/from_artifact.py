@@ -58,8 +58,20 @@ def at_sizes(
         reruns=reruns if len(reruns) else None,
         priors=priors if len(priors) else None,
         sd_distractor=distractor_sd_at(art, sizes, k)[0],
+        sd_realized=_realized_each(art, sizes, settings),
     )
     return values[0, :, 0], bands
+
+
+def _realized_each(art: HardnessArtifact, sizes, settings: PredictSettings) -> np.ndarray | None:
+    """Returns [G] mAP@k's realized-value sd at each of `sizes`, each drawn as a target is
+    (`prediction.realized_sd`), or None when off."""
+    metric = (settings.metric_list()[0],)
+    got = [
+        prediction.realized_sd(art.hardness, art, [n], settings.k, metric, settings.protocol)
+        for n in sizes
+    ]
+    return None if got[0] is None else np.asarray([g[0, 0] for g in got])
 
 
 def _missing_terms(art: HardnessArtifact, sd: np.ndarray) -> list[str]:
@@ -94,7 +106,10 @@ def predict(
         every, art.mask, sizes, k, art.fixed_counts, sample, metric_list=metric_list
     )
     sd = distractor_sd_at(art, sizes, k, tuple(m.name for m in metric_list))
-    out = prediction.metric_predictions(values, rows, metric_list, settings, grid, sd=sd)
+    realized = prediction.realized_sd(art.hardness, art, sizes, k, metric_list, settings.protocol)
+    out = prediction.metric_predictions(
+        values, rows, metric_list, settings, grid, sd=sd, realized=realized
+    )
     missing = _missing_terms(art, sd)
     lacks = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + "".join(missing[-1:])
     ap, *others = out.values()

@@ -105,18 +105,21 @@ def intervals(
     deviation: float = 0.0,
     sd_distractor: float | None = None,
     prior_deviation: float = 0.0,
+    sd_realized: float = 0.0,
 ) -> Interval:
     """Returns the reported `Interval` at one gallery size: two intervals per level.
 
     For these queries (`Bounds.reported`, the headline): the realized value the full evaluation
-    would print on this query set, uncertain only through the distractor sample (a normal
-    interval of its nested replicates' sd, or of a stored `sd_distractor`) and the tail model.
-    The tail model's term, a normal error of sd `sd_model(deviation, prior_deviation)`, is
-    added to it in quadrature on each side. Over queries like these (`Bounds.queries`): that
-    interval widened on each side, in quadrature, by the query bootstrap's percentile interval
-    (independent sources; the 1000 cheap query replicates keep their own tails), so it always
-    contains the first. `Bounds.sampling` (the query interval widened by the distractor sd) is
-    kept as a part. Every interval is cut to [0, 1].
+    would print on this query set, uncertain through the distractor sample (a normal interval
+    of its nested replicates' sd, or of a stored `sd_distractor`), the tail model and the
+    realized counts. The tail model's term, a normal error of sd `sd_model(deviation,
+    prior_deviation)`, and the counts' own noise around the law's expectation (`sd_realized`,
+    shrinking as 1 / sqrt(queries): `core.realization`) are added to it in quadrature on each
+    side. Over queries like these (`Bounds.queries`): that interval widened on each side, in
+    quadrature, by the query bootstrap's percentile interval (independent sources; the 1000
+    cheap query replicates keep their own tails), so it always contains the first.
+    `Bounds.sampling` (the query interval widened by the distractor sd) is kept as a part. Every
+    interval is cut to [0, 1].
 
     Args:
       point: the prediction.
@@ -131,6 +134,8 @@ def intervals(
         interval is normal. Ignored when `nested` is given.
       prior_deviation: how far the prediction moves under other priors on the tail shape; 0
         without a tail posterior.
+      sd_realized: the sd of the realized value around the law's expectation on these queries
+        (`core.realization.mean_sd`); 0 when not measured.
     """
     widen = nested is not None or sd_distractor is not None
     sd_q = float(np.std(query_reps, ddof=1))
@@ -154,7 +159,7 @@ def intervals(
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         sampling = in_range(lo, hi)
-        these = widened(point, distractor or (point, point), z * sd_m)
+        these = widened(point, distractor or (point, point), z * float(np.hypot(sd_m, sd_realized)))
         like = in_range(
             point - np.hypot(point - these[0], point - query[0]),
             point + np.hypot(these[1] - point, query[1] - point),
@@ -170,6 +175,7 @@ def intervals(
         sd_model=sd_m,
         ci90=bounds[0],
         ci95=bounds[1],
+        sd_realized=float(sd_realized),
     )
 
 
@@ -191,6 +197,7 @@ def item_intervals(
     priors=None,
     nested=None,
     sd_distractor=None,
+    sd_realized=None,
 ) -> list[Interval]:
     """Returns the `Interval` of each reported item: a weighted mean of per-query values.
 
@@ -209,6 +216,7 @@ def item_intervals(
       nested: (distractor [I, B'], combined [I, B']) replicates, or None.
       sd_distractor: [I] the distractor replicates' sds where only they are known (NaN: none),
         or None; ignored for an item with `nested` replicates.
+      sd_realized: [I] the sd of each item's realized value around its expectation, or None.
 
     Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' values (half, twice
     the excesses; flatter, steeper prior), which a comparison pairs across two systems.
@@ -226,6 +234,7 @@ def item_intervals(
         nest = None if nested is None else (nested[0][i], nested[1][i])
         sd = None if sd_distractor is None or np.isnan(sd_distractor[i]) else sd_distractor[i]
         reps = query_reps[i][np.isfinite(query_reps[i])]  # a draw without the item's queries
+        real = 0.0 if sd_realized is None else float(sd_realized[i])
         unc = intervals(
             float(point),
             reps,
@@ -234,6 +243,7 @@ def item_intervals(
             deviation=dev[i],
             sd_distractor=sd,
             prior_deviation=dev_prior[i],
+            sd_realized=real,
         )
         out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
     return out

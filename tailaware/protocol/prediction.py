@@ -7,7 +7,8 @@ diagnostic"):
 - the point: E[AP@k] of the configured estimator's hardness at N (`evaluate.per_query_ap`);
 - two intervals (`intervals.item_intervals`): for these queries, the nested bootstrap's
   distractor term (`nested.nested_bootstrap`) widened by the tail model's moves with its
-  threshold (`threshold_maps`) and with the prior on its shape (`prior_maps`); over queries like
+  threshold (`threshold_maps`) and with the prior on its shape (`prior_maps`), and by the
+  realized counts' own noise around the law's expectation (`realized_sd`); over queries like
   these, the query bootstrap's term too;
 - the curve for N from 10^3 to 10^9 with its 90% band (and the distractor-sample sd, which the
   hardness artifact keeps);
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tailaware.core import evaluate, metrics
+from tailaware.core import evaluate, metrics, realization
 from tailaware.core.results import (
     Curve,
     Diagnostics,
@@ -113,6 +114,67 @@ def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[l
     return [main, *reruns, *(evaluate.variant(b) for b in base)], rows
 
 
+def _spread(hardness: Hardness, sample, n: float, k: int, metric_list, opts, views=None):
+    """Returns `core.realization.spread` of the estimate at gallery size `n`, conditioned on the
+    `sample`'s counts where it has them (a `SampledScores`, or an artifact with `pos_counts`
+    and `n_sample`)."""
+    counts = getattr(sample, "pos_counts", None)
+    mask = hardness.mask
+    return realization.spread(
+        hardness.x if hardness.atoms is None else hardness.atoms,
+        hardness.weights,
+        mask,
+        float(n),
+        int(k),
+        fixed=np.where(mask, sample.fixed_counts, 0),
+        counts=None if counts is None else np.where(mask, counts, 0),
+        n_sample=None if counts is None else float(sample.n_sample),
+        metric_list=tuple(metric_list),
+        views=views,
+        draws=int(opts.realized_draws),
+        seed=int(opts.seed),
+    )
+
+
+def realized_sd(hardness: Hardness, sample, sizes, k: int, metric_list, opts) -> np.ndarray | None:
+    """Returns [M, G] the sd of each metric's realized mean over the queries around the law's
+    expectation at `sizes` [G] (the target first, then the curve's), or None when
+    `opts.realized_draws` is 0.
+
+    The counts' own noise (`core.realization`; docs/validation.md, "The two intervals on dev
+    (issue #41)"), drawn at the target and at `NESTED_ANCHORS` curve sizes and interpolated in
+    log N in between, as the distractor sd is. The same hardness, sample and settings give the
+    same sds, from the scores or from the artifact.
+    """
+    if not opts.realized_draws:
+        return None
+    sizes = np.asarray(sizes, np.float64)
+    anchors = np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)
+    at = [sizes[0], *anchors] if sizes.size > 1 else [sizes[0]]
+    sds = np.stack(
+        [
+            realization.mean_sd(_spread(hardness, sample, n, k, metric_list, opts).counts)
+            for n in at
+        ],
+        axis=-1,
+    )  # [M, len(at)]
+    if sizes.size == 1:
+        return sds
+    return np.concatenate([sds[:, :1], _log_interp(sizes[1:], anchors, sds[:, 1:])], axis=-1)
+
+
+def realized_items(hardness, sample, spec, n_target, k, metric_list, opts) -> np.ndarray | None:
+    """Returns [I] the realized-value sd of each item of the ILIAS report `spec` at the target
+    (`realized_sd`, in the item's view and over its query weights), or None when off."""
+    if not opts.realized_draws:
+        return None
+    views = np.asarray(spec.views, bool)
+    got = _spread(hardness, sample, n_target, k, metric_list, opts, views=views).counts
+    names = [m.name for m in metric_list]
+    var = np.stack([got[it.view, names.index(it.metric)] for it in spec.items])  # [I, Q]
+    return realization.mean_sd(var, spec.weights)
+
+
 def _log_interp(n, at, values) -> np.ndarray:
     """Returns `values` [..., A] known at ascending sizes `at` [A], at sizes `n` [G] (linear in
     log N, constant beyond the ends)."""
@@ -138,7 +200,15 @@ def _over_queries(unc: Interval) -> tuple[float, float]:
 
 
 def metric_predictions(
-    values, rows: Rows, metric_list, settings: PredictSettings, grid, *, reps=None, sd=None
+    values,
+    rows: Rows,
+    metric_list,
+    settings: PredictSettings,
+    grid,
+    *,
+    reps=None,
+    sd=None,
+    realized=None,
 ) -> dict:
     """Returns label -> `MetricPrediction` of every metric from a prediction's pass.
 
@@ -150,6 +220,8 @@ def metric_predictions(
       reps: the nested bootstrap (`nested.Nested`, at the target and its anchor sizes): the
         target's interval from its replicates, the curve's from their sd interpolated in log N.
       sd: [M, G] the distractor sd where only it is known (an artifact's; NaN: unknown).
+      realized: [M, G] the sd of each metric's realized value around its expectation
+        (`realized_sd`), or None.
     """
     opts = settings.protocol
     means = values.mean(axis=-1)  # [W, G, M]
@@ -160,10 +232,17 @@ def metric_predictions(
         reruns = _terms(means[rows.reruns, :, m])
         priors = _terms(means[rows.priors, :, m])
         sd_curve = None if sd is None else sd[m, 1:]
+        real = None if realized is None else realized[m]
+        cut = lambda part, real=real: None if real is None else real[part]
         if reps is None:
             sd_m = None if sd is None else sd[m]
             uncs = intervals.item_intervals(
-                per_query, *common, sd_distractor=sd_m, reruns=reruns, priors=priors
+                per_query,
+                *common,
+                sd_distractor=sd_m,
+                sd_realized=real,
+                reruns=reruns,
+                priors=priors,
             )
         else:  # the target's own replicates; the curve's sd interpolated between the anchors
             at_n = (reps.distractor[:1, m], reps.combined[:1, m])
@@ -172,6 +251,7 @@ def metric_predictions(
                 per_query[target],
                 *common,
                 nested=at_n,
+                sd_realized=cut(target),
                 reruns=_columns(reruns, target),
                 priors=_columns(priors, target),
             )
@@ -181,6 +261,7 @@ def metric_predictions(
                     per_query[rest],
                     *common,
                     sd_distractor=sd_curve,
+                    sd_realized=cut(rest),
                     reruns=_columns(reruns, rest),
                     priors=_columns(priors, rest),
                 )
@@ -223,7 +304,10 @@ def at_target(
         scores,
         metric_list=metric_list,
     )
-    return metric_predictions(values, rows, metric_list, settings, np.zeros(0), reps=reps)
+    realized = realized_sd(hardness, scores, [n_target], settings.k, metric_list, settings.protocol)
+    return metric_predictions(
+        values, rows, metric_list, settings, np.zeros(0), reps=reps, realized=realized
+    )
 
 
 def predict(
@@ -306,10 +390,16 @@ def estimate_and_predict(
     reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
     pool.shutdown()
     reps = reps if replicates else None
-    out = metric_predictions(values, rows, metric_list, settings, grid, reps=reps)
+    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
+    out = metric_predictions(
+        values, rows, metric_list, settings, grid, reps=reps, realized=realized
+    )
     predicted = None
     if report is not None:
-        predicted = predicted_report(report, in_views, rows, metric_list, settings, reps)
+        real = realized_items(hardness, scores, report, n_target, k, metric_list, opts)
+        predicted = predicted_report(
+            report, in_views, rows, metric_list, settings, reps, realized=real
+        )
     wanted = {m.label(k) for m in settings.metric_list()}
     out = {label: m for label, m in out.items() if label in wanted}
     ap = out[metric_list[0].label(k)]
@@ -383,7 +473,9 @@ def _items(spec: ilias_report.ReportSpec, metric_list) -> nested.Items:
     )
 
 
-def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictSettings, reps):
+def predicted_report(
+    spec, in_views, rows: Rows, metric_list, settings: PredictSettings, reps, realized=None
+):
     """Returns the predicted ILIAS `Report` (percent), every value with its 90% interval.
 
     Args:
@@ -391,6 +483,7 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
       in_views: [W, V, M, Q] the pass's per-query values in the views at the target.
       rows: where the pass's weightings are; metric_list: its M metrics.
       settings: the prediction's; reps: its nested bootstrap (with the items) or None.
+      realized: [I] each item's realized-value sd (`realized_items`), or None.
     """
     names = [m.name for m in metric_list]
     per_row = lambda r: {(v, m): in_views[r, v, names.index(m)] for v, m in spec.pairs()}
@@ -409,6 +502,7 @@ def predicted_report(spec, in_views, rows: Rows, metric_list, settings: PredictS
         opts.seed,
         weights=spec.weights,
         nested=nest,
+        sd_realized=realized,
         reruns=stacked(rows.reruns),
         priors=stacked(rows.priors),
     )

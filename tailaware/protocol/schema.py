@@ -46,6 +46,7 @@ def interval_json(interval: Interval) -> dict:
     out["threshold_deviation"] = interval.threshold_deviation
     out["prior_deviation"] = interval.prior_deviation
     out["sd_model"] = interval.sd_model
+    out["sd_realized"] = interval.sd_realized
     for tag, b in (("ci90", interval.ci90), ("ci95", interval.ci95)):
         out[f"{tag}_query"] = _pair(b.query)
         if b.distractor is not None:
@@ -398,6 +399,7 @@ def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
         ci95=_bounds(unc, top, "ci95"),
         threshold_maps=maps("threshold_maps"),
         prior_maps=maps("prior_maps"),
+        sd_realized=float(unc.get("sd_realized", 0.0)),
     )
 
 
@@ -407,7 +409,7 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
 
     A file written before there were two intervals holds at `tag` the interval over queries like
     these; its interval for these queries is rebuilt from its parts (the distractor interval
-    widened by the model term), as `intervals.intervals` builds it."""
+    widened by the model and realized-value terms), as `intervals.intervals` builds it."""
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
     distractor = tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None
     reported = tuple(top.get(tag, (np.nan, np.nan)))
@@ -422,8 +424,8 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
         )
     point = float(top.get("map", top.get("value", np.nan)))
     z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)
-    sd_m = float(unc.get("sd_model", 0.0))
-    these = intervals.widened(point, distractor or (point, point), z * sd_m)
+    sd_m = np.hypot(float(unc.get("sd_model", 0.0)), float(unc.get("sd_realized", 0.0)))
+    these = intervals.widened(point, distractor or (point, point), z * float(sd_m))
     return Bounds(these, pair(f"{tag}_sampling"), pair(f"{tag}_query"), distractor, reported)
 
 

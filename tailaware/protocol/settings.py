@@ -23,6 +23,9 @@ class ProtocolSettings:
         refit); 0 switches it off (the interval then has no distractor term).
       curve_points: gallery sizes of the curve over `CURVE_RANGE`.
       budget_levels: nested sub-samples S / 2^L, ..., S / 2 for the sufficient-budget verdict.
+      realized_draws: draws of each query's realized counts around the law's expectation
+        (`core.realization`), whose spread enters the interval for these queries; 0 leaves it
+        out.
       seed: seed of every resampling.
       blocks: sampled-scores files of disjoint id-hash blocks of the same sample, for the drift
         test (at least two; () skips it).
@@ -32,6 +35,7 @@ class ProtocolSettings:
     nested_replicates: int = 50
     curve_points: int = 25
     budget_levels: int = 3
+    realized_draws: int = 128
     seed: int = 0
     blocks: tuple[str, ...] = ()
 
@@ -41,10 +45,13 @@ class ProtocolSettings:
             ("nested_replicates", 0),
             ("curve_points", 2),
             ("budget_levels", 0),
+            ("realized_draws", 0),
             ("seed", 0),
         ):
             if getattr(self, name) < low:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if self.realized_draws == 1:
+            raise ValueError("realized_draws must be 0 (off) or >= 2, got 1")
 
 
 @dataclasses.dataclass(frozen=True)
