@@ -187,9 +187,9 @@ def main():
         cells[f"{regime}/{family} N={n_pool:.0e}"] = res
     if args.manifest:
         with open(args.manifest) as fh:
-            entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
-        for name in split.text:
-            cells[f"text/{name}"] = gallery_floors(entries[name], args.k, fractions)
+            entries = [e for e in json.load(fh)["benchmarks"] if e.get("split") == args.split]
+        for entry in entries:
+            cells[f"text/{entry['name']}"] = gallery_floors(entry, args.k, fractions)
     for cell, res in cells.items():
         for f in fractions:
             res[str(f)].update(recorded(records, cell, f))

@@ -100,3 +100,18 @@ def test_validate_job_resumes_after_kill(tmp_path):
     got = json.loads((cut / "validation.json").read_text())
     ref.pop("seconds"), got.pop("seconds")
     assert got == ref
+
+
+def test_a_split_reads_its_text_benchmarks_from_the_manifest(tmp_path):
+    from tailaware.protocol import validation
+
+    path = tmp_path / "manifest.json"
+    names = [("dev-a", "dev"), ("test-a", "test"), ("dev-b", "dev")]
+    entries = [{"name": n, "split": s} for n, s in names]
+    path.write_text(json.dumps({"benchmarks": entries}))
+    got = validation._split_benchmarks(str(path), "dev")
+    assert [e["name"] for e in got] == ["dev-a", "dev-b"]
+    assert validation._split_benchmarks("", "dev") == ()
+    path.write_text(json.dumps({"benchmarks": entries[1:2]}))
+    with pytest.raises(ValueError, match="manifest.json: field 'benchmarks': no entry with split"):
+        validation._split_benchmarks(str(path), "dev")

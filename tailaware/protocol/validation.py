@@ -126,36 +126,23 @@ class Split(NamedTuple):
     Attributes:
       simulated: (regime, family) pairs of `simulate.REGIMES` / `simulate.FAMILIES`.
       sizes: gallery sizes N of the simulated pools.
-      text: names of real-text benchmarks (`benchmarks/text_galleries.py`'s manifest).
       fractions: sample fractions S / N.
     """
 
     simulated: tuple[tuple[str, str], ...]
     sizes: tuple[int, ...]
-    text: tuple[str, ...]
     fractions: tuple[float, ...]
 
-
-# Each split's real-text benchmarks are `<split>-<name>` in the manifest: the half ones and the
-# large ones (issue #32: the same instances among every other usable summary, a shared pool).
-_TEXT_BENCHMARKS = tuple(
-    f"{e}-{k}{pool}"
-    for pool in ("", "-large")
-    for e in ("minilm", "lsa")
-    for k in ("names", "keywords")
-)
 
 SPLITS = {
     "dev": Split(
         simulated=(("paper", "kumaraswamy"), ("paper", "normal")),
         sizes=(100_000_000,),
-        text=tuple(f"dev-{name}" for name in _TEXT_BENCHMARKS),
         fractions=(0.01, 0.05),
     ),
     "test": Split(
         simulated=tuple(("paper", f) for f in ("truncnorm", "gpd", "beta", "mixture")),
         sizes=(200_000, 10_000_000, 1_000_000_000),
-        text=tuple(f"test-{name}" for name in _TEXT_BENCHMARKS),
         fractions=(0.0005, 0.01, 0.05, 0.2),
     ),
 }
@@ -569,11 +556,24 @@ def _simulated_cell(name, bench, v, settings, seed) -> Cell:
     return Cell(name, meta, oracles(bench, settings.k), samples, bench)
 
 
+def _split_benchmarks(manifest: str, split: str) -> tuple[dict, ...]:
+    """Returns the manifest's real-text benchmark entries of `split` (none without a manifest);
+    a manifest that lists none for it is an error naming the file."""
+    if not manifest:
+        return ()
+    with open(manifest) as fh:
+        entries = tuple(e for e in json.load(fh)["benchmarks"] if e.get("split") == split)
+    if not entries:
+        raise ValueError(f"{manifest}: field 'benchmarks': no entry with split {split!r}")
+    return entries
+
+
 def _cells(settings: PredictSettings, v: ValidationSettings, seed: int) -> tuple:
     """Returns (the fractions, the `Cell`s) of the study `v` describes: the grid of its regimes
-    and families at `n_pool`, or its frozen split (`SPLITS`) with the real-text benchmarks of
-    its manifest. Benchmarks are built one at a time, as the study reaches them."""
-    text: tuple[str, ...]
+    and families at `n_pool`, or its frozen split (`SPLITS`) with the real-text benchmarks its
+    manifest lists for that split (each entry's `split`, as `benchmarks/text_galleries.py`
+    writes it). Benchmarks are built one at a time, as the study reaches them."""
+    text: tuple[dict, ...]
     if not v.split:
         grid = [(r, f, int(v.n_pool)) for r in v.regimes for f in v.families]
         name = lambda r, f, n: f"{r}/{f}"
@@ -582,7 +582,7 @@ def _cells(settings: PredictSettings, v: ValidationSettings, seed: int) -> tuple
         sp = SPLITS[v.split]
         grid = [(r, f, n) for r, f in sp.simulated for n in sp.sizes]
         name = lambda r, f, n: f"{r}/{f} N={n:.0e}"
-        fractions, text = sp.fractions, sp.text if v.manifest else ()
+        fractions, text = sp.fractions, _split_benchmarks(v.manifest, v.split)
 
     def cells():
         for i, (regime, family, n_pool) in enumerate(grid):
@@ -594,15 +594,8 @@ def _cells(settings: PredictSettings, v: ValidationSettings, seed: int) -> tuple
                 **simulate.REGIMES[regime],
             )
             yield _simulated_cell(name(regime, family, n_pool), bench, v, settings, seed)
-        if text:
-            with open(v.manifest) as fh:
-                entries = {e["name"]: e for e in json.load(fh)["benchmarks"]}
-        for bench_name in text:
-            if bench_name not in entries:
-                raise ValueError(
-                    f"{v.manifest}: no benchmark {bench_name!r} (rebuild the text galleries)"
-                )
-            entry = entries[bench_name]
+        for entry in text:
+            bench_name = entry["name"]
             meta = {
                 "num_queries": int(entry["num_queries"]),
                 "n_pool": int(entry["num_distractors"]),
