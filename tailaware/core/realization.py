@@ -20,6 +20,7 @@ Shapes: Q queries, P positive slots (padded; `mask`), A atoms, D draws, M metric
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core import metrics
 
@@ -45,7 +46,9 @@ class Spread(NamedTuple):
     total: np.ndarray
 
 
-def _draw_counts(rng, x, mask, base, scale):
+def _draw_counts(
+    rng: np.random.Generator, x: np.ndarray, mask: np.ndarray, base: np.ndarray, scale: float
+) -> np.ndarray:
     """Returns [D, Q, P] int64 realized counts base + nested Poisson(scale x) (-1 at padding)."""
     key = np.where(mask, x, np.inf)
     order = np.argsort(key, axis=-1, kind="stable")
@@ -61,17 +64,17 @@ def _draw_counts(rng, x, mask, base, scale):
 
 
 def spread(
-    atoms,
-    weights,
-    mask,
+    atoms: ArrayLike,
+    weights: ArrayLike | None,
+    mask: ArrayLike,
     n: float,
     k: int,
     *,
-    fixed=None,
-    counts=None,
+    fixed: ArrayLike | None = None,
+    counts: ArrayLike | None = None,
     n_sample: float | None = None,
     metric_list: tuple[metrics.Metric, ...] = (metrics.METRICS["map"],),
-    views=None,
+    views: ArrayLike | None = None,
     draws: int = DRAWS,
     seed: int = 0,
 ) -> Spread:
@@ -108,7 +111,8 @@ def spread(
     rng = np.random.default_rng(seed)
     chunk = max(1, min(int(draws), _CHUNK_CELLS // max(q * p, 1)))
     subsets = mask[None] if views is None else np.asarray(views, bool) & mask[None]
-    first, second = [], []
+    first: list[np.ndarray] = []
+    second: list[np.ndarray] = []
     for start in range(0, int(draws), chunk):
         d = min(chunk, int(draws) - start)
         u = rng.uniform(size=(d, q, 1)) * cum[None, :, -1:]
@@ -132,9 +136,10 @@ def spread(
     return Spread(counts=within, total=total)
 
 
-def mean_sd(variance, weights=None) -> np.ndarray:
+def mean_sd(variance: ArrayLike, weights: ArrayLike | None = None) -> np.ndarray:
     """Returns [...] the sd of a weighted mean of independent queries' realized values from
     their variances [..., Q]: sqrt(sum_q w_q^2 var_q), w = 1 / Q when `weights` is None."""
     var = np.asarray(variance, np.float64)
     w = np.full(var.shape[-1], 1.0 / var.shape[-1]) if weights is None else np.asarray(weights)
-    return np.sqrt(np.sum(w**2 * var, axis=-1))
+    sd: np.ndarray = np.sqrt(np.sum(w**2 * var, axis=-1))
+    return sd

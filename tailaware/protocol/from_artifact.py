@@ -71,7 +71,8 @@ def _realized_each(art: HardnessArtifact, sizes, settings: PredictSettings) -> n
         prediction.realized_sd(art.hardness, art, [n], settings.k, metric, settings.protocol)
         for n in sizes
     ]
-    return None if got[0] is None else np.asarray([g[0, 0] for g in got])
+    # realized_sd is None for every size or for none (`opts.realized_draws`).
+    return None if got[0] is None else np.asarray([g[0, 0] for g in got if g is not None])
 
 
 def _missing_terms(art: HardnessArtifact, sd: np.ndarray) -> list[str]:

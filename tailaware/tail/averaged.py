@@ -8,15 +8,24 @@ the atoms' posterior mean; its threshold reruns rerun the whole posterior
 steeper prior (`evt.prior_weights`).
 """
 
+import jax
 import jax.numpy as jnp
 
+from tailaware.core.results import TailFit
 from tailaware.tail import evt
 from tailaware.tail.functional import Core
-from tailaware.tail.models import Excesses, TailModel
+from tailaware.tail.models import Excesses, TailAtoms, TailEstimate, TailModel
 from tailaware.tail.settings import TailSettings, averaged_share
 
 
-def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width=None):
+def fit(
+    c: Core,
+    settings: TailSettings,
+    default: Excesses,
+    *,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
+) -> TailAtoms:
     """Returns the posterior's atoms [Q, P, X] and weights [Q, X] at `averaged_share` of the
     default threshold's excesses (`evt.posterior_atoms`; it selects its own threshold); they
     converged where every shape's profile solve did."""
@@ -24,7 +33,9 @@ def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width
     return evt.posterior_atoms(evt.nan_padded(c), c.tail, c.s, settings, factor=factor, width=width)
 
 
-def reruns(c: Core, settings: TailSettings, *, reruns: bool):
+def reruns(
+    c: Core, settings: TailSettings, *, reruns: bool
+) -> tuple[TailFit, TailEstimate, TailEstimate | None]:
     """Returns (the fit diagnostics with the posterior's fields, the estimate, its reruns or
     None), traced (`evt.threshold_reruns`)."""
     share = averaged_share(settings)

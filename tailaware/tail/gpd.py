@@ -55,11 +55,14 @@ References:
 """
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+from numpy.typing import DTypeLike
 
 # Search settings: fixed work per problem. The grid in s = -log(1 - t) reaches a gap between the
 # largest excess and the endpoint of exp(-s_max) * y_max; beyond it only the xi = -1 candidate
@@ -154,7 +157,7 @@ class Profile(NamedTuple):
     converged: jax.Array
 
 
-def s_grid(dtype=np.float32) -> np.ndarray:
+def s_grid(dtype: DTypeLike = np.float32) -> np.ndarray:
     """Returns the [GRID_SIZE] search grid in s = -log(1 - t) (s = 0 excluded), as numpy."""
     j = np.arange(1, GRID_SIZE + 1) / GRID_SIZE
     return (S_MAX[np.dtype(dtype)] * j * np.sqrt(j)).astype(dtype)
@@ -172,7 +175,7 @@ def _grid_constants(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(t).astype(grid.dtype), np.asarray(e).astype(grid.dtype)
 
 
-def _log_q(s, z, w):
+def _log_q(s: jax.Array, z: jax.Array, w: jax.Array) -> jax.Array:
     """Returns log(1 - t z) [n] at t = 1 - exp(-s), accurate at both ends; s a traced scalar."""
     t = -jnp.expm1(-s)
     small = t < 0.5
@@ -182,14 +185,14 @@ def _log_q(s, z, w):
     return jnp.where(small, near, far)
 
 
-def _profile_from_mean_log(t, xbar):
+def _profile_from_mean_log(t: jax.Array, xbar: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Returns (loglik / n, xi, sigma) of the constrained profile, in units of y_max."""
     xi = jnp.maximum(xbar, -1.0)
     sigma = -xi / t
     return -jnp.log(sigma) - (1.0 / xi + 1.0) * xbar, xi, sigma
 
 
-def _grid_profile(z, w, n):
+def _grid_profile(z: jax.Array, w: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Returns the profile log-likelihood / n and mean(log(1 - t z)) on the grid, [GRID_SIZE]."""
     grid = s_grid(z.dtype)
     near = grid < _LOG2  # static: each grid point evaluates one branch only
@@ -208,7 +211,9 @@ def _grid_profile(z, w, n):
     return jnp.where(jnp.isnan(ll) | (xbar < -1.0), -jnp.inf, ll), xbar
 
 
-def _profile_derivatives(s, z, w, n):
+def _profile_derivatives(
+    s: jax.Array, z: jax.Array, w: jax.Array, n: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Returns (d/ds, d2/ds2) of the profile log-likelihood / n at s (unclamped branch)."""
     t = -jnp.expm1(-s)
     e = jnp.exp(-s)
@@ -228,7 +233,9 @@ def _profile_derivatives(s, z, w, n):
     return e * g_t, e * e * h_t - e * g_t
 
 
-def _search(z, w, n):
+def _search(
+    z: jax.Array, w: jax.Array, n: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array, jax.Array, jax.Array], NewtonState]:
     """Returns the best interior profile point (loglik / n, xi, sigma, on_edge) in y_max units,
     and the refinement's `NewtonState`.
 
@@ -259,7 +266,9 @@ def _search(z, w, n):
     ), state
 
 
-def _scaled_log1p(y, xi, sig):
+def _scaled_log1p(
+    y: jax.Array, xi: jax.Array, sig: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns (r, log1p(a), log1p(a) / a, inside) for r = y / sig, a = xi r, double-where safe.
 
     log1p(a) / a -> 1 as a -> 0, which keeps every GPD expression continuous at xi = 0; outside
@@ -277,7 +286,7 @@ def _scaled_log1p(y, xi, sig):
     return r, log1p, jnp.where(small, series, log1p / jnp.where(small, 1.0, a_safe)), inside
 
 
-def loglik(xi, sigma, y, mask):
+def loglik(xi: jax.Array, sigma: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
     """Returns the GPD log-likelihood of excesses `y` [n] (entries where `mask` is False ignored).
 
     -inf when an excess lies beyond the endpoint; continuous at xi = 0. For one problem; vmap
@@ -295,7 +304,7 @@ def loglik(xi, sigma, y, mask):
     return jnp.sum(jnp.where(mask, per, 0.0))
 
 
-def _loglik_params(params, y, mask):
+def _loglik_params(params: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
     """Log-likelihood in (xi, log sigma), for the implicit derivative of an interior optimum."""
     xi, log_sigma = params
     sigma = jnp.exp(log_sigma)
@@ -306,7 +315,9 @@ def _loglik_params(params, y, mask):
 
 
 @jax.custom_jvp
-def _implicit_interior(xi_hat, sigma_hat, y, weight):
+def _implicit_interior(
+    xi_hat: jax.Array, sigma_hat: jax.Array, y: jax.Array, weight: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Returns (xi_hat, sigma_hat): an interior optimum, with implicit tangents in `y`.
 
     The primal is the identity (free in the forward pass). The tangent is the implicit-function
@@ -318,7 +329,9 @@ def _implicit_interior(xi_hat, sigma_hat, y, weight):
 
 
 @_implicit_interior.defjvp
-def _implicit_interior_jvp(primals, tangents):
+def _implicit_interior_jvp(
+    primals: tuple[jax.Array, ...], tangents: tuple[jax.Array, ...]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
     xi_hat, sigma_hat, y, weight = primals
     y_dot = tangents[2]
     xi_safe = jnp.where((xi_hat < 0) & (xi_hat > -1), xi_hat, -0.5)
@@ -336,7 +349,9 @@ def _implicit_interior_jvp(primals, tangents):
     return (xi_hat, sigma_hat), (d[0], sigma_hat * d[1])
 
 
-def _in_max_units(y, mask):
+def _in_max_units(
+    y: jax.Array, mask: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns the masked excesses in units of the largest one, as both searches need them.
 
     Returns (y, n, n_safe, y_max, ok, scale, z, w): `y` zeroed at padding; n excesses (n_safe
@@ -388,7 +403,8 @@ def fit(y: jax.Array, mask: jax.Array) -> GPDFit:
     xi_int = jax.lax.stop_gradient(xi_int)
     sig_int_y = jax.lax.stop_gradient(sig_int * scale)
     # Keep the largest excess inside the support after rounding (matters in float32 only).
-    sig_int_y = jnp.maximum(sig_int_y, -xi_int * scale * (1.0 + 4.0 * jnp.finfo(dtype).eps))
+    eps = jnp.finfo(dtype).eps  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
+    sig_int_y = jnp.maximum(sig_int_y, -xi_int * scale * (1.0 + 4.0 * eps))
     xi_i, sig_i = _implicit_interior(xi_int, sig_int_y, y, mask.astype(dtype))
     sigma_exp = jnp.sum(y) / n_safe
     xi = jnp.where(choose_exp, 0.0, jnp.where(choose_unif, -1.0, xi_i))
@@ -422,7 +438,7 @@ fit_batch = jax.jit(jax.vmap(fit))
 fit_batch.__doc__ = """Fits [Q, n] padded excesses with a [Q, n] mask; returns a `GPDFit` of [Q]."""
 
 
-def log_survival(y, xi, sigma):
+def log_survival(y: ArrayLike, xi: jax.Array, sigma: jax.Array) -> jax.Array:
     """Returns log P(Y > y) under GPD(xi, sigma): continuous at xi = 0, -inf beyond the endpoint.
 
     Broadcasts `y` against `xi` and `sigma`; differentiable with finite gradients everywhere
@@ -438,7 +454,7 @@ def log_survival(y, xi, sigma):
     return jnp.where(ok, out, jnp.where(y > 0, -jnp.inf, 0.0))
 
 
-def log_survival_below(y, c, xi, sigma):
+def log_survival_below(y: ArrayLike, c: ArrayLike, xi: jax.Array, sigma: jax.Array) -> jax.Array:
     """Returns log P(Y > y | Y <= c) under GPD(xi, sigma): the tail conditioned on a bound c > 0.
 
     log((G(y) - G(c)) / (1 - G(c))), G the survival (`log_survival`); -inf at y >= c and beyond
@@ -455,7 +471,7 @@ def log_survival_below(y, c, xi, sigma):
     return jnp.where(inside, out, -jnp.inf)
 
 
-def grid_fit(y: jax.Array, mask: jax.Array):
+def grid_fit(y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Returns (xi, sigma) maximising the likelihood over `fit`'s search grid and its boundaries.
 
     `fit` without the Newton refinement (nor derivatives): the best of the grid points of the
@@ -473,11 +489,12 @@ def grid_fit(y: jax.Array, mask: jax.Array):
     xi = jnp.stack([0.0, xi_k, -1.0]).astype(z.dtype)[best]
     sigma = jnp.stack([m1, sig_k, 1.0]).astype(z.dtype)[best] * scale
     # Keep the largest excess inside the support after rounding (as `fit` does).
-    sigma = jnp.maximum(sigma, -xi * scale * (1.0 + 4.0 * jnp.finfo(z.dtype).eps))
+    eps = jnp.finfo(z.dtype).eps  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
+    sigma = jnp.maximum(sigma, -xi * scale * (1.0 + 4.0 * eps))
     return jnp.where(ok, xi, 0.0), jnp.where(ok, sigma, 0.0)
 
 
-def anderson_darling(y: jax.Array, mask: jax.Array, xi, sigma) -> jax.Array:
+def anderson_darling(y: jax.Array, mask: jax.Array, xi: jax.Array, sigma: jax.Array) -> jax.Array:
     """Returns the Anderson-Darling statistic A^2 of excesses `y` [n] against GPD(xi, sigma).
 
     A^2 = -n - (1/n) sum_i [(2i - 1) log F(y_(i)) + (2n + 1 - 2i) log(1 - F(y_(i)))] over the
@@ -497,7 +514,7 @@ def anderson_darling(y: jax.Array, mask: jax.Array, xi, sigma) -> jax.Array:
     return jnp.where(n > 0, -n - total / jnp.maximum(n, 1.0), 0.0)
 
 
-def xi_standard_error(xi, n):
+def xi_standard_error(xi: ArrayLike, n: ArrayLike) -> jax.Array:
     """Returns the asymptotic standard error of xi, (1 + xi) / sqrt(n) (Smith 1985, xi > -1/2).
 
     Floored at 1 / sqrt(n) / 4 so that fits in the non-regular range (xi <= -1/2) still get a
@@ -507,7 +524,17 @@ def xi_standard_error(xi, n):
     return jnp.maximum(1.0 + xi, 0.25) / jnp.sqrt(n_safe)
 
 
-def _newton(slope, s0, lo, hi, steps: int) -> NewtonStep:
+# `_newton`'s scan carry: (s, lo, hi, stopped, signs, iterations, error).
+_Carry = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+
+
+def _newton(
+    slope: Callable[[jax.Array], tuple[jax.Array, jax.Array]],
+    s0: jax.Array,
+    lo: ArrayLike,
+    hi: ArrayLike,
+    steps: int,
+) -> NewtonStep:
     """Returns the root of a decreasing g by a safeguarded Newton iteration from s0 in [lo, hi],
     with its `NewtonState`.
 
@@ -519,7 +546,7 @@ def _newton(slope, s0, lo, hi, steps: int) -> NewtonStep:
     """
     dtype = s0.dtype
 
-    def step(carry, _):
+    def step(carry: _Carry, _: None) -> tuple[_Carry, None]:
         s, lo, hi, stopped, signs, iterations, error = carry
         g, h = slope(s)
         lo = jnp.where(g > 0, s, lo)
@@ -544,7 +571,7 @@ def _newton(slope, s0, lo, hi, steps: int) -> NewtonStep:
     return NewtonStep(s, NewtonState(error <= CONVERGED_TOL, iterations, error))
 
 
-def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
+def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array) -> Profile:
     """Returns the scale and log-likelihood maximised over sigma at each fixed shape in `xis`.
 
     For fixed xi in (-1, 0) the log-likelihood in t = -xi y_max / sigma is log t + a mean(log(1 -
@@ -566,11 +593,11 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
     y, n, n_safe, y_max, ok, scale, z, w = _in_max_units(y, mask)
     s_max = S_MAX[np.dtype(dtype)]
 
-    def one(xi):
+    def one(xi: jax.Array) -> tuple[jax.Array, jax.Array]:
         interior = (xi < 0) & (xi > -1)
         a = jnp.where(interior, -1.0 / jnp.where(interior, xi, -0.5) - 1.0, 1.0)
 
-        def slope(s):
+        def slope(s: jax.Array) -> tuple[jax.Array, jax.Array]:
             t = -jnp.expm1(-s)
             e = jnp.exp(-s)
             q = jnp.where(t < 0.5, 1.0 - t * z, w + e * z)
@@ -587,14 +614,15 @@ def profile_in_xi(y: jax.Array, mask: jax.Array, xis: jax.Array):
     sig_z, converged = jax.vmap(one)(xis)
     sig_z = jnp.where(xis == 0, jnp.sum(z) / n_safe, jnp.where(xis == -1, 1.0, sig_z))
     sigma = jax.lax.stop_gradient(sig_z * scale)
-    sigma = jnp.maximum(sigma, -xis * scale * (1.0 + 4.0 * jnp.finfo(dtype).eps))
+    eps = jnp.finfo(dtype).eps  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
+    sigma = jnp.maximum(sigma, -xis * scale * (1.0 + 4.0 * eps))
     ll = jax.vmap(lambda xi, sig: loglik(xi, sig, y, mask))(xis, sigma)
     sigma = jnp.where(ok, sigma, 0.0)
     ll = jnp.where(ok, ll, 0.0)
     return Profile(sigma, ll, ~ok | converged)
 
 
-def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
+def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array) -> Profile:
     """`profile_in_xi` for heavy tails, fixed shapes xi > 0 (unbounded support).
 
     With tau = xi / sigma and s = log(tau y_max), the log-likelihood is n s - a sum log(1 +
@@ -617,10 +645,10 @@ def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
     use = mask & (z > 0)
     mean_z = jnp.sum(z) / n_safe
 
-    def one(xi):
+    def one(xi: jax.Array) -> tuple[jax.Array, jax.Array]:
         a = 1.0 + 1.0 / xi
 
-        def slope(s):
+        def slope(s: jax.Array) -> tuple[jax.Array, jax.Array]:
             p = jax.nn.sigmoid(s + log_z)
             g = n_safe - a * jnp.sum(jnp.where(use, p, 0.0))
             return g, -a * jnp.sum(jnp.where(use, p * (1.0 - p), 0.0))
@@ -637,7 +665,7 @@ def profile_in_xi_heavy(y: jax.Array, mask: jax.Array, xis: jax.Array):
     return Profile(jnp.where(ok, sigma, 0.0), jnp.where(ok, ll, 0.0), ~ok | converged)
 
 
-def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.Array):
+def scale_information(y: jax.Array, mask: jax.Array, xis: jax.Array, sigma: jax.Array) -> jax.Array:
     """Returns the observed information of the log-likelihood in log sigma at each (xi, sigma).
 
     J = -d^2 loglik / d(log sigma)^2 = (1 + xi) sum_i r_i / (1 + xi r_i)^2, r_i = y_i / sigma:

@@ -10,13 +10,21 @@ own. It has no prior, so no prior term.
 import jax
 import jax.numpy as jnp
 
+from tailaware.core.results import TailFit
 from tailaware.tail import evt, gpd
 from tailaware.tail.functional import Core
 from tailaware.tail.models import Excesses, TailAtoms, TailEstimate, TailModel
 from tailaware.tail.settings import TailSettings
 
 
-def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width=None):
+def fit(
+    c: Core,
+    settings: TailSettings,
+    default: Excesses,
+    *,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
+) -> TailAtoms:
     """Returns the plug-in's one atom [Q, P, 1] of weight 1: the GPD fitted to `default`,
     converged where its Newton refinement did (`gpd.GPDFit.newton_converged`)."""
     del settings, factor, width  # the default threshold's excesses are all it reads
@@ -26,13 +34,15 @@ def fit(c: Core, settings: TailSettings, default: Excesses, *, factor=1.0, width
     return TailAtoms(log_x[..., None], ones, g.newton_converged)
 
 
-def price(log_atoms, weights):
+def price(log_atoms: jax.Array, weights: jax.Array) -> jax.Array:
     """Returns the one atom's log hardness [Q, P]."""
     del weights
     return log_atoms[..., 0]
 
 
-def reruns(c: Core, settings: TailSettings, *, reruns: bool):
+def reruns(
+    c: Core, settings: TailSettings, *, reruns: bool
+) -> tuple[TailFit, TailEstimate, TailEstimate | None]:
     """Returns (the fit diagnostics, the estimate, its reruns or None), traced.
 
     The main fit stays unpadded, bit for bit the one `evt.tail_hardness` makes (a padded one may
