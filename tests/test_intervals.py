@@ -110,8 +110,10 @@ def test_intervals_add_the_realized_term_for_these_queries():
     rng = np.random.default_rng(10)
     q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
     nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
-    plain = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02)
-    out = intervals.intervals(0.5, q_reps, SETTINGS, nested, deviation=0.02, sd_realized=0.03)
+    plain = intervals.intervals(0.5, q_reps, SETTINGS, nested=nested, deviation=0.02)
+    out = intervals.intervals(
+        0.5, q_reps, SETTINGS, nested=nested, deviation=0.02, sd_realized=0.03
+    )
     assert out.sd_realized == 0.03 and plain.sd_realized == 0.0
     assert out.sd_model == plain.sd_model and out.ci90.query == plain.ci90.query
     for b, z in ((out.ci90, 1.6449), (out.ci95, 1.9600)):

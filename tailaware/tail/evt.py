@@ -95,7 +95,12 @@ def excess_width(m, threshold_quantile, factor):
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
 
 
-def excesses(tail_scores, threshold_quantile=0.95, factor=1.0, width=None):
+def excesses(
+    tail_scores: jax.Array,
+    threshold_quantile: float = 0.95,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Returns the threshold and the excesses over it, per query.
 
     The threshold u is the (k + 1)-th largest kept score, k = round((1 - q) * factor * m_q) with
@@ -217,7 +222,14 @@ def gpd_log_x(log_rate, u, xi, sigma, pos_scores):
     return log_rate[:, None] + gpd.log_survival(excess, xi[:, None], sigma[:, None])
 
 
-def plug_in_log_x(pos_scores, u, mask, n_sample, xi, sigma):
+def plug_in_log_x(
+    pos_scores: jax.Array,
+    u: jax.Array,
+    mask: jax.Array,
+    n_sample: jax.Array,
+    xi: jax.Array,
+    sigma: jax.Array,
+) -> jax.Array:
     """Returns `gpd_log_x` of the excesses `mask` [Q, W] over u [Q]; -inf at padding (NaN)."""
     log_rate, pad, _ = _pricing_inputs(pos_scores, u, mask, n_sample)
     log_x = gpd_log_x(log_rate, u, xi, sigma, jnp.where(pad, u[:, None], pos_scores))
@@ -254,8 +266,14 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
 
 
 def posterior_atoms(
-    pos_scores, tail_scores, n_sample, settings: TailSettings, *, factor=1.0, width=None
-):
+    pos_scores: jax.Array,
+    tail_scores: jax.Array,
+    n_sample: jax.Array,
+    settings: TailSettings,
+    *,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
+) -> TailAtoms:
     """Returns `posterior`'s atoms and weights as a `TailAtoms`, with whether every profile
     solve converged [Q], the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
@@ -366,7 +384,14 @@ def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, mod
     return model.price(est.atoms.log_atoms, est.atoms.weights)
 
 
-def stability_fits(tail_scores, threshold_quantile, stack_main=True):
+def stability_fits(
+    tail_scores: jax.Array, threshold_quantile: float, stack_main: bool = True
+) -> tuple[
+    jax.Array,
+    gpd.GPDFit,
+    list[tuple[jax.Array, jax.Array, jax.Array]],
+    list[gpd.GPDFit],
+]:
     """Returns the main fit's threshold u [Q], its fit, and per `STABILITY_FACTORS` the excesses
     (u, y, mask) and the refit.
 
