@@ -671,14 +671,9 @@ def study(
     for cell in cells:
         results["meta"][cell.name] = cell.meta
         for j, f in enumerate(fractions):
-            finished = (previous.get("cells") or {}).get(cell.name, {}).get(str(f))
-            if finished is None:
-                summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
-                finished = summary.to_json()
-                raw = [d.to_json() for d in draws]
-                logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
-            else:
-                raw = previous["raw"][cell.name][str(f)]
+            finished, raw = _cell_fraction(
+                cell, j, f, settings, v, names=names, previous=previous, t0=t0
+            )
             results["cells"].setdefault(cell.name, {})[str(f)] = finished
             results["raw"].setdefault(cell.name, {})[str(f)] = raw
             if on_cell:
@@ -689,6 +684,28 @@ def study(
                 on_cell(results)
     results["seconds"] = time.time() - t0
     return results
+
+
+def _cell_fraction(
+    cell: Cell,
+    j: int,
+    f: float,
+    settings: PredictSettings,
+    v,
+    *,
+    names,
+    previous: dict,
+    t0: float,
+) -> tuple[dict, list]:
+    """Returns (the `CellSummary` JSON, the raw draws' JSON) of `cell` at its `j`-th fraction
+    `f`: those of the `previous` results of a resumed run where it has them, else run now (and
+    logged with the seconds since the study's start `t0`)."""
+    finished = (previous.get("cells") or {}).get(cell.name, {}).get(str(f))
+    if finished is not None:
+        return finished, previous["raw"][cell.name][str(f)]
+    summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
+    logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
+    return summary.to_json(), [d.to_json() for d in draws]
 
 
 def _scatter(bench, settings: PredictSettings, v, seed: int, done, cell: Cell) -> dict:
