@@ -17,15 +17,20 @@ threshold reruns, T other priors.
 
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, SupportsFloat
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, SupportsFloat, TypeVar
 
 import numpy as np
 
 if TYPE_CHECKING:  # only for annotations: results stays importable without the metrics' jax
+    import jax
+
     from tailaware.core.metrics import Metric
 
+# A `TailFit`'s arrays: JAX arrays while traced (`tailaware.tail.evt`), numpy once fetched.
+FitArray = TypeVar("FitArray", bound="np.ndarray | jax.Array")
 
-class TailFit(NamedTuple):
+
+class TailFit(NamedTuple, Generic[FitArray]):
     """Per-query diagnostics of a tail-aware estimate's GPD fits, each a [Q] array.
 
     The fit fields describe the maximum-likelihood GPD fit (`tailaware.tail.gpd.fit`) to the
@@ -60,31 +65,31 @@ class TailFit(NamedTuple):
         posterior's profile at every shape (`evt_averaged`).
     """
 
-    u: np.ndarray
-    n_exceed: np.ndarray
-    xi: np.ndarray
-    sigma: np.ndarray
-    endpoint: np.ndarray
-    loglik: np.ndarray
-    at_xi0: np.ndarray
-    at_xi_minus1: np.ndarray
-    converged: np.ndarray
-    xi_half: np.ndarray
-    xi_double: np.ndarray
-    xi_se: np.ndarray
-    stable: np.ndarray
-    fitted: np.ndarray | None = None
-    share_tail_priced: np.ndarray | None = None
-    share_beyond_endpoint: np.ndarray | None = None
-    share_zero: np.ndarray | None = None
-    n_exceed_posterior: np.ndarray | None = None
-    n_exceed_selected: np.ndarray | None = None
-    ad: np.ndarray | None = None
-    prior_mean: np.ndarray | None = None
-    prior_sd: np.ndarray | None = None
-    newton_converged: np.ndarray | None = None
+    u: FitArray
+    n_exceed: FitArray
+    xi: FitArray
+    sigma: FitArray
+    endpoint: FitArray
+    loglik: FitArray
+    at_xi0: FitArray
+    at_xi_minus1: FitArray
+    converged: FitArray
+    xi_half: FitArray
+    xi_double: FitArray
+    xi_se: FitArray
+    stable: FitArray
+    fitted: FitArray | None = None
+    share_tail_priced: FitArray | None = None
+    share_beyond_endpoint: FitArray | None = None
+    share_zero: FitArray | None = None
+    n_exceed_posterior: FitArray | None = None
+    n_exceed_selected: FitArray | None = None
+    ad: FitArray | None = None
+    prior_mean: FitArray | None = None
+    prior_sd: FitArray | None = None
+    newton_converged: FitArray | None = None
 
-    def items(self) -> Iterator[tuple[str, np.ndarray]]:
+    def items(self) -> Iterator[tuple[str, FitArray]]:
         """Yields (name, [Q] array) of the fields that are set."""
         return ((k, v) for k, v in self._asdict().items() if v is not None)
 
@@ -110,7 +115,7 @@ class Hardness(NamedTuple):
     x: np.ndarray
     mask: np.ndarray
     tail_priced: np.ndarray
-    fit: TailFit | None = None
+    fit: TailFit[np.ndarray] | None = None
     atoms: np.ndarray | None = None
     weights: np.ndarray | None = None
     reruns: tuple["Hardness", ...] = ()

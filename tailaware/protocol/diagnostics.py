@@ -195,8 +195,11 @@ def model_sensitive(interval: Interval, k: int) -> list[str]:
     ]
 
 
-def metric_line(label: str, point: float, interval: Interval, n_target: int) -> str:
-    """Returns a metric's line of the summary: its prediction and both 90% intervals."""
+def metric_line(label: str, point: float, interval: Interval | None, n_target: int) -> str:
+    """Returns a metric's line of the summary: its prediction and both 90% intervals (none for
+    an exact evaluation, `interval` None)."""
+    if interval is None:
+        return f"{label} at N = {n_target:,}: {point:.4f}"
     lo, hi = interval.ci90.reported
     line = f"{label} at N = {n_target:,}: {point:.4f} [{lo:.4f}, {hi:.4f}] for these queries"
     if interval.ci90.queries is not None:

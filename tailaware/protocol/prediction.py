@@ -28,6 +28,7 @@ import numpy as np
 
 from tailaware.core import evaluate, metrics, realization
 from tailaware.core.results import (
+    Budget,
     Curve,
     Diagnostics,
     Drift,
@@ -334,127 +335,278 @@ def estimate_and_predict(
     """Returns (the estimate, the `Prediction` of `settings.estimator` at gallery size
     `n_target`): every metric of `settings.metrics` with its interval and curve.
 
-    One pass (`evaluate.predicted_values`) evaluates every metric at the target and on the curve
-    for the estimate, its other priors, its threshold reruns and the baselines; the nested
-    bootstrap reruns the estimator at the target and at `NESTED_ANCHORS` curve sizes.
     `hardness` is the estimate to predict from (`estimate(scores, settings)` when None: the
     configured estimator with its threshold reruns, which the interval needs); it is returned
     with the prediction. With a `report` spec, the official ILIAS report is predicted too, every
-    value with its interval (`predicted_report`). The budget check and the nested bootstrap,
-    which need no estimate, run beside the rest.
+    value with its interval (`predicted_report`). The stages: the nested bootstrap, which needs
+    no estimate, runs beside the estimate and its one pass over every metric at the target and
+    on the curve (`_start_nested`, `_evaluate`); the intervals combine the two
+    (`_predict_metrics`); then the budget check, the diagnostics and the baselines.
     """
     if n_target < 1:
         raise ValueError(f"n_target must be a positive gallery size, got {n_target}")
-    k, opts = settings.k, settings.protocol
-    metric_list = settings.metric_list()
-    if report is not None:  # the report's metrics too (oracle is recall)
-        extra = (metrics.METRICS[m] for _, m in report.pairs())
-        metric_list = tuple(dict.fromkeys((*metric_list, *extra)))
-    grid = np.geomspace(*CURVE_RANGE, int(opts.curve_points))
+    metric_list = _evaluated_metrics(settings, report)
+    grid = np.geomspace(*CURVE_RANGE, int(settings.protocol.curve_points))
     sizes = np.concatenate([[float(n_target)], grid])
-    # The nested bootstrap and the budget check's sub-samples need no estimate: one program
-    # evaluates them (`nested.nested_bootstrap`), beside the estimate.
-    try:
-        subs = budget.nested_subsamples(scores, int(opts.budget_levels), int(opts.seed))
-        too_small = ""
-    except ValueError as e:  # a sample too small to halve (some query keeps no stored score)
-        subs, too_small = (), str(e)
-    pool = futures.ThreadPoolExecutor(1)
-    replicates = int(opts.nested_replicates)
-    job = (
-        pool.submit(
-            nested.nested_bootstrap,
-            scores,
-            settings.estimator,
-            settings.tail,
-            k,
-            np.concatenate([[float(n_target)], np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)]),
-            replicates,
-            seed=opts.seed,
-            metric_list=metric_list,
-            num_atoms=NESTED_ATOMS,
-            items=None if report is None or not replicates else _items(report, metric_list),
-            extra=subs[:-1],  # the last is the sample itself: its value is the point
+    subs, too_small = _subsamples(scores, settings)
+    with futures.ThreadPoolExecutor(1) as pool:  # the nested bootstrap beside the estimate
+        job = _start_nested(
+            pool, scores, settings, n_target, metric_list=metric_list, report=report, subs=subs
         )
-        if replicates or len(subs) > 1
-        else None
-    )
-    if hardness is None:
-        hardness = estimate(scores, settings)
-    fixed, mask = scores.fixed_counts, scores.mask
-    every, rows = variants(hardness, scores)
-    views = None if report is None else report.views
-    values, in_views = evaluate.predicted_values(
-        every, mask, sizes, k, fixed, scores, metric_list=metric_list, views=views
-    )  # [W, G, M, Q], [W, V, M, Q]
-    reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
-    pool.shutdown()
-    reps = reps if replicates else None
-    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
-    out = metric_predictions(
-        values, rows, metric_list, settings, grid, reps=reps, realized=realized
-    )
-    predicted = None
-    if report is not None:
-        real = realized_items(hardness, scores, report, n_target, k, metric_list, opts)
-        predicted = predicted_report(
-            report, in_views, rows, metric_list, settings, reps, realized=real
+        if hardness is None:
+            hardness = estimate(scores, settings)
+        evaluated = _evaluate(
+            scores, settings, hardness, sizes, metric_list=metric_list, report=report
         )
-    wanted = {m.label(k) for m in settings.metric_list()}
-    out = {label: m for label, m in out.items() if label in wanted}
-    ap = out[metric_list[0].label(k)]
-    unc = ap.interval
-    if subs:
-        preds = [*sub_values[:, 0, 0], ap.value]
-        verdict, fits = budget_check(subs, preds, settings, n_target, unc.sd_query)
-    else:
-        verdict, fits = budget.not_checked(int(opts.budget_levels), scores.n_sample, too_small), {}
-    drift = drift_check(settings, n_target)
-    checked = None
-    if hardness.fit is not None:  # a tail-aware estimate: its tail against the counts
-        counts = np.where(mask, scores.pos_counts, 0)
-        min_count = settings.tail.min_count
-        checked = diagnostics.tail_counts(hardness, counts, scores.n_sample, min_count)
-    summary, raised = diagnostics.summary(
-        ap.value,
-        unc,
-        hardness,
-        budget=verdict,
-        drift=drift,
-        k=k,
-        n_sample=scores.n_sample,
-        n_target=n_target,
-        checked=checked,
-        others=tuple(out.values())[1:],
+        reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
+    reps = reps if int(settings.protocol.nested_replicates) else None
+    out, predicted = _predict_metrics(
+        scores, settings, hardness, evaluated, reps=reps, report=report
     )
-    if predicted is not None:
-        summary = few_queries(predicted) + summary
-    summary = diagnostics.reconciled(scores.reconciled) + summary
-    shared = float(hardness.tail_priced[mask].mean())
+    ap = out[metric_list[0].label(settings.k)]
+    verdict, fits = _budget(
+        scores, settings, n_target, ap=ap, subs=subs, sub_values=sub_values, too_small=too_small
+    )
     return hardness, Prediction(
         estimator=settings.estimator,
         n_target=int(n_target),
         n_sample=int(scores.n_sample),
-        k=k,
+        k=settings.k,
         query_ids=scores.query_ids,
         metrics=out,
-        baselines={
-            "at_sample": baselines.at_sample_map(scores, k),
-            "count": float(values[rows.baselines.start, 0, 0].mean()),
-            "homogeneous": float(values[rows.baselines.start + 1, 0, 0].mean()),
-            **fits,
-        },
-        diagnostics=Diagnostics(
-            summary,
-            verdict,
-            drift,
-            shared,
-            raised,
-            checked,
-            fits_not_converged=diagnostics.fits_not_converged(hardness),
+        baselines=_baselines(scores, settings.k, evaluated, fits),
+        diagnostics=_diagnose(
+            scores, settings, n_target, hardness, out=out, verdict=verdict, predicted=predicted
         ),
         report=predicted,
     )
+
+
+def _evaluated_metrics(
+    settings: PredictSettings, report: ilias_report.ReportSpec | None
+) -> tuple[metrics.Metric, ...]:
+    """Returns the metrics the pass evaluates: `settings.metric_list()` (mAP@k first), then
+    those the ILIAS `report` needs besides (its oracle is recall)."""
+    metric_list = settings.metric_list()
+    if report is None:
+        return metric_list
+    extra = (metrics.METRICS[m] for _, m in report.pairs())
+    return tuple(dict.fromkeys((*metric_list, *extra)))
+
+
+def _subsamples(
+    scores: SampledScores, settings: PredictSettings
+) -> tuple[tuple[SampledScores, ...], str]:
+    """Returns (the budget check's nested sub-samples [S / 2^L, ..., S], why there are none):
+    none, and the reason, for a sample too small to halve (some query keeps no stored score)."""
+    opts = settings.protocol
+    try:
+        subs = budget.nested_subsamples(scores, int(opts.budget_levels), int(opts.seed))
+    except ValueError as e:
+        return (), str(e)
+    return tuple(subs), ""
+
+
+def _start_nested(
+    pool: futures.Executor,
+    scores: SampledScores,
+    settings: PredictSettings,
+    n_target: int,
+    *,
+    metric_list: tuple[metrics.Metric, ...],
+    report: ilias_report.ReportSpec | None,
+    subs: tuple[SampledScores, ...],
+) -> "futures.Future[tuple[nested.Nested, np.ndarray]] | None":
+    """Starts the nested bootstrap on `pool` and returns its future, or None when it has
+    neither replicates nor budget sub-samples to evaluate.
+
+    It needs no estimate, so it runs beside the estimate and its pass: one program draws the
+    replicates at the target and the `NESTED_ANCHORS` curve sizes, and evaluates the
+    estimator on every sub-sample but the last (the sample itself: its value is the point).
+    """
+    replicates = int(settings.protocol.nested_replicates)
+    if not replicates and len(subs) <= 1:
+        return None
+    return pool.submit(
+        nested.nested_bootstrap,
+        scores,
+        settings.estimator,
+        settings.tail,
+        settings.k,
+        np.concatenate([[float(n_target)], np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)]),
+        replicates,
+        seed=settings.protocol.seed,
+        metric_list=metric_list,
+        num_atoms=NESTED_ATOMS,
+        items=None if report is None or not replicates else _items(report, metric_list),
+        extra=subs[:-1],
+    )
+
+
+class _Pass(NamedTuple):
+    """A prediction's pass (`_evaluate`): values [W, G, M, Q] of the metrics `metric_list` at
+    `sizes` [G] (the target, then the curve's), the report's views' [W, V, M, Q] (None without
+    a report) and which weighting each row W is."""
+
+    values: np.ndarray
+    in_views: np.ndarray | None
+    rows: Rows
+    sizes: np.ndarray
+    metric_list: tuple[metrics.Metric, ...]
+
+
+def _evaluate(
+    scores: SampledScores,
+    settings: PredictSettings,
+    hardness: Hardness,
+    sizes: np.ndarray,
+    *,
+    metric_list: tuple[metrics.Metric, ...],
+    report: ilias_report.ReportSpec | None,
+) -> _Pass:
+    """Returns the pass: every metric of `metric_list` at `sizes` [G] (the target, then the
+    curve's) for each weighting of `variants` (the estimate, its priors and reruns, the
+    baselines), and in each view of the `report`."""
+    every, rows = variants(hardness, scores)
+    views = None if report is None else report.views
+    values, in_views = evaluate.predicted_values(
+        every,
+        scores.mask,
+        sizes,
+        settings.k,
+        scores.fixed_counts,
+        scores,
+        metric_list=metric_list,
+        views=views,
+    )
+    return _Pass(values, in_views, rows, sizes, metric_list)
+
+
+def _predict_metrics(
+    scores: SampledScores,
+    settings: PredictSettings,
+    hardness: Hardness,
+    evaluated: _Pass,
+    *,
+    reps: nested.Nested | None,
+    report: ilias_report.ReportSpec | None,
+) -> tuple[dict[str, MetricPrediction], Report | None]:
+    """Returns (label -> `MetricPrediction` of each metric of `settings.metrics`, in its order,
+    with its interval and curve; the ILIAS report predicted, or None without a `report`).
+
+    The intervals combine the pass's reruns and priors, the nested bootstrap's `reps` and the
+    realized counts' noise (`realized_sd`); the report's extra metrics are dropped after.
+    """
+    k, opts = settings.k, settings.protocol
+    sizes, metric_list = evaluated.sizes, evaluated.metric_list
+    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
+    out = metric_predictions(
+        evaluated.values,
+        evaluated.rows,
+        metric_list,
+        settings,
+        sizes[1:],
+        reps=reps,
+        realized=realized,
+    )
+    predicted = None
+    if report is not None:
+        real = realized_items(hardness, scores, report, float(sizes[0]), k, metric_list, opts)
+        predicted = predicted_report(
+            report, evaluated.in_views, evaluated.rows, metric_list, settings, reps, realized=real
+        )
+    wanted = {m.label(k) for m in settings.metric_list()}
+    return {label: m for label, m in out.items() if label in wanted}, predicted
+
+
+def _budget(
+    scores: SampledScores,
+    settings: PredictSettings,
+    n_target: int,
+    *,
+    ap: MetricPrediction,
+    subs: tuple[SampledScores, ...],
+    sub_values: np.ndarray,
+    too_small: str,
+) -> tuple[Budget, dict[str, float]]:
+    """Returns the sufficient-budget `Budget` and the curve-fit baselines (`budget_check`) from
+    the estimator's values on the sub-samples `sub_values` [L - 1, G, M] and the point `ap`;
+    not checked, and no fits, without sub-samples (`too_small` says why)."""
+    if not subs:
+        levels = int(settings.protocol.budget_levels)
+        return budget.not_checked(levels, scores.n_sample, too_small), {}
+    preds = [*sub_values[:, 0, 0], ap.value]
+    return budget_check(subs, preds, settings, n_target, _interval(ap).sd_query)
+
+
+def _interval(m: MetricPrediction) -> Interval:
+    """Returns `m`'s interval, which every predicted metric has (an exact evaluation has none)."""
+    if m.interval is None:
+        raise ValueError(f"{m.label}: a prediction without its interval")
+    return m.interval
+
+
+def _tail_check(
+    scores: SampledScores, settings: PredictSettings, hardness: Hardness
+) -> tuple[float, float, float] | None:
+    """Returns the tail against the tail-priced positives' counts (`diagnostics.tail_counts`),
+    or None for an estimate without a tail."""
+    if hardness.fit is None:
+        return None
+    counts = np.where(scores.mask, scores.pos_counts, 0)
+    return diagnostics.tail_counts(hardness, counts, scores.n_sample, settings.tail.min_count)
+
+
+def _diagnose(
+    scores: SampledScores,
+    settings: PredictSettings,
+    n_target: int,
+    hardness: Hardness,
+    *,
+    out: dict[str, MetricPrediction],
+    verdict: Budget,
+    predicted: Report | None,
+) -> Diagnostics:
+    """Returns the prediction's `Diagnostics`: the budget `verdict`, the drift test, the tail
+    check and the summary of every metric of `out` (mAP@k first, its headline last), headed by
+    the file's reconciliation and the report's few-query notes."""
+    ap, *others = out.values()
+    drift = drift_check(settings, n_target)
+    checked = _tail_check(scores, settings, hardness)
+    summary, raised = diagnostics.summary(
+        ap.value,
+        _interval(ap),
+        hardness,
+        budget=verdict,
+        drift=drift,
+        k=settings.k,
+        n_sample=scores.n_sample,
+        n_target=n_target,
+        checked=checked,
+        others=tuple(others),
+    )
+    if predicted is not None:
+        summary = few_queries(predicted) + summary
+    summary = diagnostics.reconciled(scores.reconciled) + summary
+    shared = float(hardness.tail_priced[scores.mask].mean())
+    not_converged = diagnostics.fits_not_converged(hardness)
+    return Diagnostics(
+        summary, verdict, drift, shared, raised, checked, fits_not_converged=not_converged
+    )
+
+
+def _baselines(
+    scores: SampledScores, k: int, evaluated: _Pass, fits: dict[str, float]
+) -> dict[str, float]:
+    """Returns the baselines' mAP@k at the target: evaluate-at-S, the count and homogeneous
+    estimators' (their rows of the pass) and the curve fits `fits`."""
+    start = evaluated.rows.baselines.start
+    return {
+        "at_sample": baselines.at_sample_map(scores, k),
+        "count": float(evaluated.values[start, 0, 0].mean()),
+        "homogeneous": float(evaluated.values[start + 1, 0, 0].mean()),
+        **fits,
+    }
 
 
 # A report value resting on fewer queries than this is named in the summary: its query

@@ -286,7 +286,8 @@ def one_draw(
       x_true: [Q, P] true hardness for the calibration rows (population hardness of a simulated
         pool, or the realized K / N of a real gallery).
       seed: seed of the resamplings.
-      settings, v: the prediction and validation settings; names: the estimators.
+      settings, v: the prediction and validation settings; names: the estimators, the
+        configured one (`settings.estimator`) among them.
       reps: the replicates of a nested bootstrap to reuse (from another draw of the same cell:
         its spread is a property of the benchmark and S, not of the draw); run here when None.
     """
@@ -304,23 +305,47 @@ def one_draw(
             metric_list=metric_list,
             num_atoms=prediction.NESTED_ATOMS,
         )
+    # The prediction's pass and interval (with the reruns), as `prediction.predict` makes them.
+    point = prediction.estimate(scores, settings)
+    at_n = prediction.at_target(scores, settings, point, n, metric_list=metric_list, reps=reps)
+    ap, *others = at_n.values()
+    estimates, calib = _estimates(scores, settings, n, x_true, names=names, point=(point, ap.value))
+    draw = Draw(
+        truth=metrics.map_from_counts(truth_counts, k, scores.fixed_counts),
+        n_sample=scores.n_sample,
+        estimates=estimates,
+        baselines=_draw_baselines(scores, truth_counts, n, k, seed),
+        interval=ap.interval,
+        tail_counts=_tail_counts(scores, settings, point),
+        calibration=calib,
+        metrics=_metric_pairs(scores, truth_counts, k, others),
+    )
+    return draw, reps
+
+
+def _estimates(
+    scores, settings: PredictSettings, n, x_true, *, names, point: tuple[Hardness, float]
+) -> tuple[dict[str, float], dict[str, dict]]:
+    """Returns (estimator name -> predicted mAP@k at `n`, name -> the calibration of its
+    tail-priced positives against `x_true`, for those that price some by a tail). `point`: the
+    configured estimator's estimate and prediction (`one_draw`); the others are run here."""
     estimates, calib = {}, {}
     for name in names:
-        if name == settings.estimator:  # the prediction's pass and interval (with the reruns)
-            point = prediction.estimate(scores, settings)
-            at_n = prediction.at_target(
-                scores, settings, point, n, metric_list=metric_list, reps=reps
-            )
-            ap, *others = at_n.values()
-            estimates[name] = ap.value
-            h = point
+        if name == settings.estimator:
+            h, estimates[name] = point
         else:
             h = estimators.get(name)(scores, settings.tail)
             estimates[name] = float(
-                evaluate.per_query_ap(h, n, k, scores.fixed_counts, scores).mean()
+                evaluate.per_query_ap(h, n, settings.k, scores.fixed_counts, scores).mean()
             )
         if h.tail_priced.any():
             calib[name] = calibration(h, x_true)
+    return estimates, calib
+
+
+def _draw_baselines(scores, truth_counts, n, k: int, seed: int) -> dict[str, float]:
+    """Returns a draw's baselines' mAP@k at `n`: evaluate-at-S, the curve fits to nested
+    sub-samples (NaN for a sample too small to halve 3 times) and the realized truth."""
     base = {"evaluate-at-S": baselines.at_sample_map(scores, k)}
     try:
         subs = budget.nested_subsamples(scores, 3, seed)
@@ -328,31 +353,31 @@ def one_draw(
     except ValueError:  # too small to halve 3 times (some query keeps no stored score)
         base.update({m: float("nan") for m in baselines.MODELS})
     base[REALIZED] = realized_map(truth_counts, scores.fixed_counts, n, k)
+    return base
+
+
+def _tail_counts(scores, settings: PredictSettings, point: Hardness) -> TailCounts:
+    """Returns the estimate's tail against its tail-priced positives' counts, and whether the
+    summary would warn (`diagnostics.tail_counts_warning`)."""
     counts = np.where(scores.mask, scores.pos_counts, 0)
     seen, expected, sd = diagnostics.tail_counts(
         point, counts, scores.n_sample, settings.tail.min_count
     )
     warned = bool(diagnostics.tail_counts_warning(seen, expected, sd))
+    return TailCounts(seen, expected, sd, warned)
+
+
+def _metric_pairs(scores, truth_counts, k: int, others) -> dict[str, tuple[float, float]]:
+    """Returns label -> (predicted, realized on the full gallery) of the metrics besides mAP@k
+    (`others`, `MetricPrediction`s)."""
     full = np.where(scores.mask, truth_counts + scores.fixed_counts, -1)
-    pairs = {
+    return {
         m.label: (
             m.value,
             float(metrics.value_from_counts(metrics.get(m.metric), full, scores.mask, k).mean()),
         )
         for m in others
     }
-    unc = ap.interval
-    draw = Draw(
-        truth=metrics.map_from_counts(truth_counts, k, scores.fixed_counts),
-        n_sample=scores.n_sample,
-        estimates=estimates,
-        baselines=base,
-        interval=unc,
-        tail_counts=TailCounts(seen, expected, sd, warned),
-        calibration=calib,
-        metrics=pairs,
-    )
-    return draw, reps
 
 
 class Row(NamedTuple):
@@ -646,14 +671,9 @@ def study(
     for cell in cells:
         results["meta"][cell.name] = cell.meta
         for j, f in enumerate(fractions):
-            finished = (previous.get("cells") or {}).get(cell.name, {}).get(str(f))
-            if finished is None:
-                summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
-                finished = summary.to_json()
-                raw = [d.to_json() for d in draws]
-                logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
-            else:
-                raw = previous["raw"][cell.name][str(f)]
+            finished, raw = _cell_fraction(
+                cell, j, f, settings, v, names=names, previous=previous, t0=t0
+            )
             results["cells"].setdefault(cell.name, {})[str(f)] = finished
             results["raw"].setdefault(cell.name, {})[str(f)] = raw
             if on_cell:
@@ -664,6 +684,28 @@ def study(
                 on_cell(results)
     results["seconds"] = time.time() - t0
     return results
+
+
+def _cell_fraction(
+    cell: Cell,
+    j: int,
+    f: float,
+    settings: PredictSettings,
+    v,
+    *,
+    names,
+    previous: dict,
+    t0: float,
+) -> tuple[dict, list]:
+    """Returns (the `CellSummary` JSON, the raw draws' JSON) of `cell` at its `j`-th fraction
+    `f`: those of the `previous` results of a resumed run where it has them, else run now (and
+    logged with the seconds since the study's start `t0`)."""
+    finished = (previous.get("cells") or {}).get(cell.name, {}).get(str(f))
+    if finished is not None:
+        return finished, previous["raw"][cell.name][str(f)]
+    summary, draws = evaluate_cell(cell.samples(j, f), settings, v, names, cell.oracle)
+    logging.info("%s f=%s done at %.0f s", cell.name, f, time.time() - t0)
+    return summary.to_json(), [d.to_json() for d in draws]
 
 
 def _scatter(bench, settings: PredictSettings, v, seed: int, done, cell: Cell) -> dict:

@@ -35,7 +35,7 @@ def fit(
 
 def reruns(
     c: Core, settings: TailSettings, *, reruns: bool
-) -> tuple[TailFit, TailEstimate, TailEstimate | None]:
+) -> tuple[TailFit[jax.Array], TailEstimate, TailEstimate | None]:
     """Returns (the fit diagnostics with the posterior's fields, the estimate, its reruns or
     None), traced (`evt.threshold_reruns`)."""
     share = averaged_share(settings)
@@ -44,12 +44,14 @@ def reruns(
     factors = (1.0, *evt.STABILITY_FACTORS) if reruns else (1.0,)
     width = evt.rerun_width(c.tail, settings, factors, share)
     _, _, default_mask = evt.excesses(c.tail, q, share, width)
+    ad, prior = main.atoms.ad, main.atoms.prior
+    assert ad is not None and prior is not None  # `evt.posterior_atoms` sets both
     diag = diag._replace(
         n_exceed_posterior=jnp.sum(default_mask, axis=1).astype(c.tail.dtype),
         n_exceed_selected=main.atoms.n_selected,
-        ad=main.atoms.ad[0],
-        prior_mean=jnp.full_like(diag.u, main.atoms.prior[0]),  # the benchmark's, on every row
-        prior_sd=jnp.full_like(diag.u, main.atoms.prior[1]),
+        ad=ad[0],
+        prior_mean=jnp.full_like(diag.u, prior[0]),  # the benchmark's, on every row
+        prior_sd=jnp.full_like(diag.u, prior[1]),
     )
     return diag, main, rest
 

@@ -34,6 +34,9 @@ from tailaware.tail import averaged, evt, functional, plug_in
 from tailaware.tail.models import TailModel
 from tailaware.tail.settings import TailSettings
 
+# An estimator's traced definition: (inputs, settings) -> (atoms [Q, P, A], weights [Q, A]).
+Traced = Callable[[functional.Core, TailSettings], tuple[jax.Array, jax.Array]]
+
 
 class Estimator(NamedTuple):
     """A registered hardness estimator.
@@ -48,7 +51,7 @@ class Estimator(NamedTuple):
     """
 
     name: str
-    traced: Callable
+    traced: Traced
     tail: TailModel | None = None
 
     def __call__(self, scores: SampledScores, settings: TailSettings | None = None) -> Hardness:
@@ -56,26 +59,26 @@ class Estimator(NamedTuple):
         return estimate(scores, self.name, settings or TailSettings(), reruns=False)
 
 
-def _one_atom(x):
+def _one_atom(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return x[:, :, None], jnp.ones((x.shape[0], 1), x.dtype)
 
 
-def _count(c: functional.Core, settings: TailSettings):
+def _count(c: functional.Core, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
     del settings
     return _one_atom(jnp.where(c.mask, c.counts / c.s, 0.0))
 
 
-def _homogeneous(c: functional.Core, settings: TailSettings):
+def _homogeneous(c: functional.Core, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
     del settings
     k = jnp.sum(jnp.where(c.mask, c.counts, 0.0), axis=1, keepdims=True)
     n = jnp.maximum(jnp.sum(c.mask, axis=1, keepdims=True), 1).astype(c.counts.dtype)
     return _one_atom(jnp.where(c.mask, k / (n * c.s), 0.0))
 
 
-def _tail(model: TailModel) -> Callable:
+def _tail(model: TailModel) -> Traced:
     """Returns the traced tail-aware estimator with tail model `model` (`evt.tail_hardness`)."""
 
-    def traced(c: functional.Core, settings: TailSettings):
+    def traced(c: functional.Core, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
         # The threshold at q' of this (sub-)sample's kept scores (`functional.core`).
         est = evt.tail_hardness(c, functional.tail_settings(c, settings), model)
         atoms = evt.priced_atoms(est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask)
@@ -129,7 +132,7 @@ count, homogeneous = ESTIMATORS["count"], ESTIMATORS["homogeneous"]
 
 
 @functools.partial(jax.jit, static_argnames=("traced", "settings"))
-def _run(c, traced, settings):
+def _run(c: functional.Core, traced: Traced, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
     return traced(c, settings)
 
 

@@ -51,10 +51,14 @@ and the count switch are discrete and carry no gradient.
 
 import functools
 import math
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TypeVar, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from tailaware.core.results import Hardness, TailFit
 from tailaware.io.scores import SampledScores
@@ -81,15 +85,20 @@ GOF_FACTORS = (1.0, 0.5, 0.25)
 # refits, and `estimate`'s reruns of the whole estimator).
 STABILITY_FACTORS = (0.5, 2.0)
 
+# A numpy or a JAX array (`tail_priced`, `priced_atoms`).
+_Arr = TypeVar("_Arr", np.ndarray, jax.Array)
 
-def _n_excesses(n_finite, threshold_quantile, factor):
+
+def _n_excesses(
+    n_finite: jax.Array, threshold_quantile: float, factor: float | jax.Array
+) -> jax.Array:
     """Returns the number of excesses k for `n_finite` kept scores (int array)."""
     target = (1.0 - threshold_quantile) * factor * n_finite.astype(jnp.float32)
     k = jnp.floor(target + 0.5 + ROUND_SLACK).astype(jnp.int32)
     return jnp.clip(k, jnp.minimum(MIN_EXCESSES, n_finite - 1), n_finite - 1)
 
 
-def excess_width(m, threshold_quantile, factor):
+def excess_width(m: int, threshold_quantile: float, factor: float) -> int:
     """Returns the static width W of the excess arrays for M kept scores."""
     k = excess_count(m, threshold_quantile, factor)
     return max(1, min(m - 1, max(k, MIN_EXCESSES)))
@@ -119,9 +128,10 @@ def excesses(
       (u [Q], y [Q, W], mask [Q, W]).
     """
     m = tail_scores.shape[1]
-    width = width or excess_width(m, threshold_quantile, factor)
+    # A traced `factor` comes with `width`: the default width reads a static one.
+    width = width or excess_width(m, threshold_quantile, cast(float, factor))
 
-    def one(tail):
+    def one(tail: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         finite = jnp.isfinite(tail)
         n_finite = jnp.sum(finite).astype(jnp.int32)
         tail = jnp.where(finite, tail, 0.0)
@@ -134,13 +144,15 @@ def excesses(
     return jax.vmap(one)(tail_scores)
 
 
-def _log_rate(n_u, n_sample):
+def _log_rate(n_u: jax.Array, n_sample: jax.Array) -> jax.Array:
     """Returns log(n_u / S), -inf at n_u = 0 (double-where guarded)."""
     pos = n_u > 0
     return jnp.where(pos, jnp.log(jnp.where(pos, n_u, 1.0) / n_sample), -jnp.inf)
 
 
-def xi_grid(tilt: float, dtype=jnp.float32, xi_max: float = 0.0):
+def xi_grid(
+    tilt: float, dtype: DTypeLike = jnp.float32, xi_max: float = 0.0
+) -> tuple[jax.Array, jax.Array]:
     """Returns the [X] grid of shapes in [XI_MIN, xi_max] and its prior weights (trapezoid rule
     times the prior density exp(tilt xi), `TailSettings.xi_tilt`).
 
@@ -156,7 +168,7 @@ def xi_grid(tilt: float, dtype=jnp.float32, xi_max: float = 0.0):
     return xis, w / jnp.sum(w)
 
 
-def _profile(y, mask, xis, n_bounded: int):
+def _profile(y: jax.Array, mask: jax.Array, xis: jax.Array, n_bounded: int) -> gpd.Profile:
     """Returns the profile (`gpd.Profile` of [Q, X] arrays) at every shape of the grid: the
     bounded shapes (the first `n_bounded`, xi <= 0) by `gpd.profile_in_xi`, the heavy ones by
     `gpd.profile_in_xi_heavy`."""
@@ -174,7 +186,7 @@ EB_MEANS = 51
 EB_SDS = (0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4)
 
 
-def _normal_on_grid(xis, mu, tau):
+def _normal_on_grid(xis: jax.Array, mu: jax.Array, tau: jax.Array) -> jax.Array:
     """Returns log N(mu, tau^2) discretised on the shape grid `xis` (normalised over its last
     axis): one prior for scalar `mu`, `tau`; [M, T, X] for `xis` [1, 1, X], `mu` [M, 1, 1] and
     `tau` [1, T, 1]."""
@@ -182,7 +194,9 @@ def _normal_on_grid(xis, mu, tau):
     return jax.nn.log_softmax(-0.5 * z * z, axis=-1)
 
 
-def empirical_bayes_prior(log_lik, fitted, xis, shift=0.0):
+def empirical_bayes_prior(
+    log_lik: jax.Array, fitted: jax.Array, xis: jax.Array, shift: float = 0.0
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Returns the log prior [X] over the shape grid that maximises the benchmark's marginal
     likelihood, its mean moved by `shift` (`TailSettings.eb_shift`), and its fitted (mean, sd).
 
@@ -206,7 +220,9 @@ def empirical_bayes_prior(log_lik, fitted, xis, shift=0.0):
     return _normal_on_grid(xis, mus[i] + shift, taus[j]), mus[i], taus[j]
 
 
-def _pricing_inputs(pos_scores, u, mask, n_sample):
+def _pricing_inputs(
+    pos_scores: jax.Array, u: jax.Array, mask: jax.Array, n_sample: ArrayLike
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Returns log(n_u / S) [Q], padding [Q, P] and s - u [Q, P] for excesses `mask` over u."""
     dtype = u.dtype
     log_rate = _log_rate(jnp.sum(mask, axis=1).astype(dtype), jnp.asarray(n_sample, dtype))
@@ -214,7 +230,9 @@ def _pricing_inputs(pos_scores, u, mask, n_sample):
     return log_rate, pad, jnp.where(pad, 0.0, pos_scores) - u[:, None]
 
 
-def gpd_log_x(log_rate, u, xi, sigma, pos_scores):
+def gpd_log_x(
+    log_rate: jax.Array, u: jax.Array, xi: jax.Array, sigma: jax.Array, pos_scores: jax.Array
+) -> jax.Array:
     """Returns log x = log_rate + log P(Y > s - u) [Q, P] (eq. B.1): positives of scores
     `pos_scores` [Q, P] priced by one GPD(xi, sigma) [Q] per query over its threshold u [Q] with
     exceedance rate exp(log_rate) [Q] = n_u / S; -inf beyond the endpoint."""
@@ -236,7 +254,18 @@ def plug_in_log_x(
     return jnp.where(pad, -jnp.inf, log_x)
 
 
-def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, width=None):
+def _pad_columns(a: jax.Array, width: int) -> jax.Array:
+    """Returns [Q, W] `a` [Q, W'] zero-padded on the right to `width` columns (masked-out slots)."""
+    return jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
+
+
+def select_threshold(
+    tail_scores: jax.Array,
+    threshold_quantile: float,
+    ad_critical: float,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns the excesses over each query's selected threshold (see `posterior`).
 
     Candidates are the thresholds that keep `GOF_FACTORS` times the q-quantile's excesses (times
@@ -249,19 +278,22 @@ def select_threshold(tail_scores, threshold_quantile, ad_critical, factor=1.0, w
       (u [Q], y [Q, W], mask [Q, W], A^2 [F, Q]): as `excesses` at the selected thresholds
       (W of the q-quantile's), and every candidate's statistic (inf without excesses).
     """
-    width = width or excess_width(tail_scores.shape[1], threshold_quantile, factor)
-    pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
+    # A traced `factor` comes with `width`: the default width reads a static one.
+    width = width or excess_width(tail_scores.shape[1], threshold_quantile, cast(float, factor))
     parts = [excesses(tail_scores, threshold_quantile, factor * f, width) for f in GOF_FACTORS]
     u = jnp.stack([p[0] for p in parts])
-    y = jnp.stack([pad(p[1]) for p in parts])
-    mask = jnp.stack([pad(p[2]) for p in parts])
+    y = jnp.stack([_pad_columns(p[1], width) for p in parts])
+    mask = jnp.stack([_pad_columns(p[2], width) for p in parts])
     fit = jax.vmap(jax.vmap(gpd.grid_fit))
     ad = jax.vmap(jax.vmap(gpd.anderson_darling))(y, mask, *fit(y, mask))
     # A candidate without excesses (ties at the top) is never selected over one with some.
     ad = jnp.where(jnp.any(mask, axis=2), ad, jnp.inf)
     passed = ad <= ad_critical
     choice = jnp.where(jnp.any(passed, axis=0), jnp.argmax(passed, axis=0), jnp.argmin(ad, axis=0))
-    pick = lambda a: jnp.take_along_axis(a, choice.reshape((1, -1) + (1,) * (a.ndim - 2)), 0)[0]
+
+    def pick(a: jax.Array) -> jax.Array:
+        return jnp.take_along_axis(a, choice.reshape((1, -1) + (1,) * (a.ndim - 2)), 0)[0]
+
     return pick(u), pick(y), pick(mask), ad
 
 
@@ -289,7 +321,8 @@ def posterior_atoms(
     log_rate, pad, excess = _pricing_inputs(pos_scores, u, mask, n_sample)
     sigma, ll, converged = _profile(y, mask, xis, XI_GRID_SIZE)
     info = jax.vmap(gpd.scale_information, in_axes=(0, 0, None, 0))(y, mask, xis, sigma)
-    log_width = -0.5 * jnp.log(jnp.maximum(info, jnp.finfo(dtype).tiny))
+    tiny = jnp.finfo(dtype).tiny  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
+    log_width = -0.5 * jnp.log(jnp.maximum(info, tiny))
     log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
     if settings.prior == "empirical_bayes":
         log_prior, mu, tau = empirical_bayes_prior(
@@ -310,7 +343,9 @@ def posterior_atoms(
     return TailAtoms(log_x, weights, jnp.all(converged, axis=1), n_selected, ad, eb)
 
 
-def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
+def posterior(
+    pos_scores: jax.Array, tail_scores: jax.Array, n_sample: jax.Array, settings: TailSettings
+) -> tuple[jax.Array, jax.Array]:
     """Returns the tail posterior over the xi grid: log hardness atoms and their weights.
 
     Per query, the weights are the marginal likelihood of xi with the scale integrated out
@@ -345,13 +380,19 @@ def posterior(pos_scores, tail_scores, n_sample, settings: TailSettings):
     return posterior_atoms(pos_scores, tail_scores, n_sample, settings)[:2]
 
 
-def log_mean(log_x, weights):
+def log_mean(log_atoms: jax.Array, weights: jax.Array) -> jax.Array:
     """Returns log of the posterior-mean hardness [Q, P] from atoms [Q, P, X], weights [Q, X]."""
-    return jax.nn.logsumexp(log_x, axis=2, b=weights[:, None, :])
+    return jax.nn.logsumexp(log_atoms, axis=2, b=weights[:, None, :])
 
 
 @functools.partial(jax.jit, static_argnames=("settings", "model"))
-def log_tail_prob(pos_scores, tail_scores, n_sample, settings: TailSettings, model: TailModel):
+def log_tail_prob(
+    pos_scores: jax.Array,
+    tail_scores: jax.Array,
+    n_sample: jax.Array,
+    settings: TailSettings,
+    model: TailModel,
+) -> jax.Array:
     """Returns log x = log((n_u / S) P(Y > s - u)), the tail model's hardness (eq. B.1).
 
     Pure JAX, differentiable in `pos_scores` and `tail_scores` (see the module docstring for the
@@ -407,10 +448,9 @@ def stability_fits(
     if stack_main:
         parts = [(y, mask), *parts]
     width = max(y_k.shape[1] for y_k, _ in parts)
-    pad = lambda a: jnp.pad(a, ((0, 0), (0, width - a.shape[1])))
     every = jax.vmap(gpd.fit)(
-        jnp.concatenate([pad(y_k) for y_k, _ in parts]),
-        jnp.concatenate([pad(m_k) for _, m_k in parts]),
+        jnp.concatenate([_pad_columns(y_k, width) for y_k, _ in parts]),
+        jnp.concatenate([_pad_columns(m_k, width) for _, m_k in parts]),
     )
     q = tail_scores.shape[0]
     fits = [jax.tree.map(lambda a, i=i: a[i * q : (i + 1) * q], every) for i in range(len(parts))]
@@ -418,7 +458,7 @@ def stability_fits(
     return u, fit, others, refits
 
 
-def tail_fit(u, fit, refits) -> TailFit:
+def tail_fit(u: jax.Array, fit: gpd.GPDFit, refits: Sequence[gpd.GPDFit]) -> TailFit[jax.Array]:
     """Returns the fit fields of `TailFit` from `stability_fits`' outputs."""
     se = gpd.xi_standard_error(fit.xi, fit.n)
     stable = jnp.ones_like(fit.converged)
@@ -444,20 +484,21 @@ def tail_fit(u, fit, refits) -> TailFit:
 
 
 @functools.partial(jax.jit, static_argnames=("threshold_quantile",))
-def _diagnostics_jit(tail_scores, threshold_quantile):
+def _diagnostics_jit(tail_scores: jax.Array, threshold_quantile: float) -> TailFit[jax.Array]:
     u, fit, _, refits = stability_fits(tail_scores, threshold_quantile)
     return tail_fit(u, fit, refits)
 
 
-def diagnostics(tail_scores, threshold_quantile=0.95) -> TailFit:
+def diagnostics(tail_scores: ArrayLike, threshold_quantile: float = 0.95) -> TailFit[np.ndarray]:
     """Returns the per-query GPD fits of `tail_scores` [Q, M] at the `threshold_quantile` with
     their threshold stability: a `TailFit` of numpy arrays whose estimate and posterior fields
     are None."""
     fit = _diagnostics_jit(jnp.asarray(tail_scores), threshold_quantile=threshold_quantile)
-    return jax.tree.map(np.asarray, jax.device_get(fit))
+    host: TailFit[np.ndarray] = jax.tree.map(np.asarray, jax.device_get(fit))
+    return host
 
 
-def tail_priced(mask, pos, counts, u, fitted, min_count: int):
+def tail_priced(mask: _Arr, pos: _Arr, counts: _Arr, u: _Arr, fitted: _Arr, min_count: int) -> _Arr:
     """Returns [Q, P] whether the tail prices each positive; counts price the others.
 
     The tail prices a real positive (`mask` [Q, P]) when fewer than `min_count` sampled
@@ -465,19 +506,33 @@ def tail_priced(mask, pos, counts, u, fitted, min_count: int):
     threshold u [Q], and the query's tail was `fitted` [Q] (some stored score lies above u).
     numpy and JAX arrays alike.
     """
-    return mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
+    priced: _Arr = mask & (counts < min_count) & (pos >= u[:, None]) & fitted[:, None]
+    return priced
 
 
-def priced_atoms(log_atoms, priced, counts, n_sample, mask, xp=jnp):
+def priced_atoms(
+    log_atoms: _Arr,
+    priced: _Arr,
+    counts: _Arr,
+    n_sample: ArrayLike,
+    mask: _Arr,
+    xp: ModuleType = jnp,
+) -> _Arr:
     """Returns the hardness atoms [Q, P, A]: the tail's exp(`log_atoms`) where it prices a
     positive (`priced` [Q, P]), the count K / S elsewhere, 0 at padding. `xp`: jax.numpy when
     traced, numpy for the host's float64 atoms."""
     x_count = xp.where(mask, counts / n_sample, 0.0)[..., None]
-    return xp.where(priced[..., None], xp.exp(log_atoms), x_count)
+    atoms: _Arr = xp.where(priced[..., None], xp.exp(log_atoms), x_count)
+    return atoms
 
 
 def tail_hardness(
-    c: Core, settings: TailSettings, model: TailModel, *, factor=1.0, width=None
+    c: Core,
+    settings: TailSettings,
+    model: TailModel,
+    *,
+    factor: float | jax.Array = 1.0,
+    width: int | None = None,
 ) -> TailEstimate:
     """Returns the tail-aware estimate of one sample, traced: the one definition that the
     estimate (with its reruns), the nested bootstrap and the budget check all run.
@@ -497,19 +552,23 @@ def tail_hardness(
     return TailEstimate(atoms, priced, default.u, fitted)
 
 
-def nan_padded(c: Core):
+def nan_padded(c: Core) -> jax.Array:
     """Returns the positive scores [Q, P] of `c`, NaN at padding (as `gpd_log_x` prices them)."""
     return jnp.where(c.mask, c.pos, jnp.nan)
 
 
-def rerun_width(tail, settings: TailSettings, factors, share: float = 1.0) -> int:
+def rerun_width(
+    tail: jax.Array, settings: TailSettings, factors: Sequence[float], share: float = 1.0
+) -> int:
     """Returns the excess slots W that hold every threshold of `threshold_reruns`: the widest
     of the default thresholds' (times `factors`) and, for a model with its own threshold at
     `share` of the default's excesses, its."""
     return excess_width(tail.shape[1], settings.threshold_quantile, max(factors) * max(1.0, share))
 
 
-def threshold_reruns(c: Core, settings: TailSettings, model: TailModel, *, reruns, share=1.0):
+def threshold_reruns(
+    c: Core, settings: TailSettings, model: TailModel, *, reruns: bool, share: float = 1.0
+) -> tuple[TailFit[jax.Array], TailEstimate, TailEstimate | None]:
     """Returns (the fit diagnostics, the estimate, its reruns or None), traced: the `RerunsFn`
     of a tail model without its own.
 
@@ -524,7 +583,7 @@ def threshold_reruns(c: Core, settings: TailSettings, model: TailModel, *, rerun
     factors = (1.0, *STABILITY_FACTORS) if reruns else (1.0,)
     width = rerun_width(c.tail, settings, factors, share)
 
-    def one(f):
+    def one(f: jax.Array) -> TailEstimate:
         return tail_hardness(c, settings, model, factor=f, width=width)
 
     every = jax.vmap(one)(jnp.asarray(factors, c.tail.dtype))
@@ -534,7 +593,9 @@ def threshold_reruns(c: Core, settings: TailSettings, model: TailModel, *, rerun
 
 
 @functools.partial(jax.jit, static_argnames=("settings", "model", "reruns"))
-def _estimate_jit(c: Core, settings: TailSettings, model: TailModel, reruns):
+def _estimate_jit(
+    c: Core, settings: TailSettings, model: TailModel, reruns: bool
+) -> tuple[TailFit[jax.Array], TailEstimate, TailEstimate | None, jax.Array]:
     """Returns (the fit diagnostics, the estimate, its reruns or None, the estimate's log point
     hardness [Q, P]), traced: the model's `reruns` (`threshold_reruns` without one) and its
     `price`."""
@@ -545,12 +606,14 @@ def _estimate_jit(c: Core, settings: TailSettings, model: TailModel, reruns):
     return diag, main, rest, model.price(main.atoms.log_atoms, main.atoms.weights)
 
 
-def _host_atoms(est, counts, n_sample, mask):
+def _host_atoms(
+    est: TailEstimate, counts: np.ndarray, n_sample: float, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
     renormalised in float64 (they come from a float32 softmax)."""
     with np.errstate(under="ignore"):
         log_atoms = np.asarray(est.atoms.log_atoms, np.float64)
-        atoms = priced_atoms(log_atoms, est.priced, counts, n_sample, mask, xp=np)
+        atoms = priced_atoms(log_atoms, np.asarray(est.priced), counts, n_sample, mask, xp=np)
     weights = np.asarray(est.atoms.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
@@ -593,7 +656,7 @@ def estimate(
         share_beyond_endpoint=beyond.sum(axis=1) / n_pos,
         share_zero=(mask & (x == 0) & priced).sum(axis=1) / n_pos,
     )
-    others = ()
+    others: tuple[Hardness, ...] = ()
     if rest is not None:
         others = tuple(
             _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s)
@@ -602,7 +665,7 @@ def estimate(
     if np.shape(main.atoms.weights)[1] == 1:  # a point estimate
         return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
     atoms, weights = _host_atoms(main, counts, s, mask)
-    with_prior = reruns and model.prior_weights is not None
+    prior = model.prior_weights if reruns else None
     return Hardness(
         x=x,
         mask=mask,
@@ -611,11 +674,11 @@ def estimate(
         atoms=atoms,
         weights=weights,
         reruns=others,
-        prior_weights=model.prior_weights(weights, settings) if with_prior else None,
+        prior_weights=None if prior is None else prior(weights, settings),
     )
 
 
-def _rerun(est, mask, counts, n_sample) -> Hardness:
+def _rerun(est: TailEstimate, mask: np.ndarray, counts: np.ndarray, n_sample: float) -> Hardness:
     """Returns a rerun's `Hardness` from its fetched `TailEstimate`."""
     atoms, weights = _host_atoms(est, counts, n_sample, mask)
     x = np.einsum("qpa,qa->qp", atoms, weights)
@@ -634,4 +697,5 @@ def prior_weights(weights: np.ndarray, settings: TailSettings) -> np.ndarray:
     xis = np.asarray(xi_grid(settings.xi_tilt, xi_max=settings.xi_max)[0], np.float64)
     shifts = np.array([-settings.prior_spread, settings.prior_spread])
     w = np.asarray(weights, np.float64)[None] * np.exp(shifts[:, None] * xis)[:, None, :]
-    return w / w.sum(axis=2, keepdims=True)
+    reweighted: np.ndarray = w / w.sum(axis=2, keepdims=True)
+    return reweighted

@@ -72,7 +72,7 @@ def resample_width(settings: TailSettings, m: int) -> int:
 def _kept(scores: SampledScores, top_m: int) -> int:
     """Returns m, the real (finite) kept scores per query: a file may store more columns than S
     (-inf padded; every row holds min(S, stored) real scores)."""
-    return min(scores.tail_scores.shape[1], int(scores.n_sample), top_m)
+    return min(int(scores.tail_scores.shape[1]), int(scores.n_sample), top_m)
 
 
 def core(

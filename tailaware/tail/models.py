@@ -112,7 +112,7 @@ class RerunsFn(Protocol):
 
     def __call__(
         self, c: Core, settings: TailSettings, *, reruns: bool
-    ) -> tuple[TailFit, TailEstimate, TailEstimate | None]: ...
+    ) -> tuple[TailFit[jax.Array], TailEstimate, TailEstimate | None]: ...
 
 
 class PriorFn(Protocol):

@@ -42,7 +42,7 @@ def price(log_atoms: jax.Array, weights: jax.Array) -> jax.Array:
 
 def reruns(
     c: Core, settings: TailSettings, *, reruns: bool
-) -> tuple[TailFit, TailEstimate, TailEstimate | None]:
+) -> tuple[TailFit[jax.Array], TailEstimate, TailEstimate | None]:
     """Returns (the fit diagnostics, the estimate, its reruns or None), traced.
 
     The main fit stays unpadded, bit for bit the one `evt.tail_hardness` makes (a padded one may

@@ -257,10 +257,7 @@ def gpd_log_x(params: TailParams, pos_scores: jax.Array) -> jax.Array:
     -inf beyond the fitted endpoint (an "immune" positive, x = 0), with zero, finite gradient.
     """
     sigma = jnp.exp(params.log_sigma)
-    # evt is untyped until its refactor lands (coordinator: drop this ignore then).
-    return evt.gpd_log_x(  # type: ignore[no-untyped-call, no-any-return]
-        params.log_rate, params.threshold, params.xi, sigma, pos_scores
-    )
+    return evt.gpd_log_x(params.log_rate, params.threshold, params.xi, sigma, pos_scores)
 
 
 @functools.partial(jax.jit, static_argnames=("truncation", "log_x_fn"))
@@ -433,7 +430,7 @@ def blind_response(
     return (aps - base) / x.shape[0]
 
 
-def tail_params(fit: TailFit, n_sample: float) -> TailParams:
+def tail_params(fit: TailFit[np.ndarray], n_sample: float) -> TailParams:
     """Returns the `TailParams` [Q] of the plug-in fits of a tail-aware estimate (`Hardness.fit`).
 
     Queries without a fit (no excess) get log_rate = -inf and sigma = 1: they price nothing.
