@@ -387,16 +387,19 @@ def estimate_and_predict(
     values, in_views = evaluate.predicted_values(
         every, mask, sizes, k, fixed, scores, metric_list=metric_list, views=views
     )  # [W, G, M, Q], [W, V, M, Q]
+    # The realized counts' draws need only the estimate: they run while the nested bootstrap does.
+    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
+    real = None
+    if report is not None:
+        real = realized_items(hardness, scores, report, n_target, k, metric_list, opts)
     reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
     pool.shutdown()
     reps = reps if replicates else None
-    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
     out = metric_predictions(
         values, rows, metric_list, settings, grid, reps=reps, realized=realized
     )
     predicted = None
     if report is not None:
-        real = realized_items(hardness, scores, report, n_target, k, metric_list, opts)
         predicted = predicted_report(
             report, in_views, rows, metric_list, settings, reps, realized=real
         )
