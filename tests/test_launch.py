@@ -212,6 +212,24 @@ def test_default_verbosity_hides_the_libtpu_probe_and_font_cache(tmp_path):
     assert "generated new fontManager" in err["verbose"]
 
 
+def test_first_progress_line_comes_before_jax():
+    """The launcher, its flags and the predict config load without JAX (the job's import brings
+    it, after the first line), and the lazy public API still resolves every name."""
+    code = (
+        "import sys; from tailaware.jobs import launch; "
+        "launch.flags.FLAGS(['x', '--config=configs/predict.py']); "
+        "assert launch._CONFIG.value.job == 'tailaware.jobs.predict'; "
+        "assert 'jax' not in sys.modules, 'jax imported'; "
+        "import tailaware; [getattr(tailaware, n) for n in tailaware.__all__]; "
+        "assert sorted(tailaware.__all__) == sorted(tailaware._EXPORTS)"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 def test_predict_command_rejects_bad_file(tmp_path):
     np.savez(tmp_path / "bad.npz", tail_scores=np.zeros((2, 3), np.float64))
     env = dict(os.environ, JAX_PLATFORMS="cpu")

@@ -212,7 +212,10 @@ def test_embed_job_without_flax_says_which_extra(tmp_path):
         timeout=120,
     )
     assert out.returncode == 1
-    assert out.stderr.splitlines() == [
+    # One error line, after the launcher's progress line (logged before the job's import).
+    *logged, last = out.stderr.splitlines()
+    assert last == (
         "error: --config.job=tailaware.jobs.embed: cannot import it (the embed job needs flax, "
         'in the embed extra: pip install "tailaware[embed]")'
-    ]
+    )
+    assert len(logged) == 1 and "job tailaware.jobs.embed" in logged[0], logged

@@ -120,13 +120,11 @@ def spread(
         x = np.take_along_axis(atoms[None], pick[:, :, None, None], axis=-1)[..., 0]
         for out in (first, second):
             drawn = _draw_counts(rng, x, mask, base, scale).reshape(d * q, p)
-            values = [
-                [
-                    metrics.value_from_counts(m, drawn, np.tile(subset, (d, 1)), k).reshape(d, q)
-                    for m in metric_list
-                ]
-                for subset in subsets
-            ]
+            values = []
+            for subset in subsets:  # each view's ranks once, for every metric
+                ranks, valid = metrics.ranks_from_counts(drawn, np.tile(subset, (d, 1)))
+                got = [metrics.value_from_ranks(m, ranks, valid, k) for m in metric_list]
+                values.append([v.reshape(d, q) for v in got])
             out.append(np.asarray(values))  # [V, M, D, Q]
     v1, v2 = np.concatenate(first, axis=2), np.concatenate(second, axis=2)
     within = 0.5 * np.mean((v1 - v2) ** 2, axis=2)

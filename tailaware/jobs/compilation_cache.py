@@ -11,8 +11,6 @@ The directory: `TAILAWARE_JAX_CACHE` if set ("off" disables the cache), else
 
 import os
 
-import jax
-
 ENV = "TAILAWARE_JAX_CACHE"
 # Programs that compile faster than this are not worth a disk round trip.
 MIN_COMPILE_SECONDS = 0.2
@@ -29,6 +27,8 @@ def enable(path: str | None = None) -> str | None:
     path = path if path is not None else os.environ.get(ENV, default_dir())
     if path in ("", "off"):
         return None
+    import jax  # here, not above: the launcher logs its first line before JAX's import
+
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     return path

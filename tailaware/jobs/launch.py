@@ -32,7 +32,7 @@ from ml_collections import config_flags
 
 from tailaware.io import version
 from tailaware.io.errors import InputError
-from tailaware.jobs import compilation_cache, quiet, usage
+from tailaware.jobs import compilation_cache, quiet
 
 
 def config_path(value: str) -> str:
@@ -184,6 +184,8 @@ def _explain(argv: list[str]) -> None:
         sys.exit(0)
     if not any(a in _HELP for a in args):
         return
+    from tailaware.jobs import usage  # here: it imports the library, which a run imports later
+
     given = [value for _, _, value in _config_args(args)]
     if not given:
         held = (_CONFIG, _WORKDIR, _VERBOSE, _VERSION)
@@ -215,14 +217,15 @@ def _main(argv: list[str]) -> None:
         if _traceback_wanted():
             raise
         _fail(f"--config={_config_file(sys.argv)}: cannot load it ({e.__cause__ or e})")
+    # The first progress line, before the job's import (JAX and the library take seconds).
+    logging.info("job %s, workdir %s: importing it", name, _WORKDIR.value)
     try:
         job = importlib.import_module(name)
     except ImportError as e:
         if _traceback_wanted():
             raise
         _fail(f"--config.job={name}: cannot import it ({e})")
-    cache = compilation_cache.enable()
-    logging.info("job %s, workdir %s, compilation cache %s", name, _WORKDIR.value, cache)
+    logging.info("compilation cache %s", compilation_cache.enable())
     try:
         job.run(config, _WORKDIR.value)
     except (ValueError, OSError, ImportError) as e:  # an input error names the file or flag

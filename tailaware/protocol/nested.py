@@ -222,7 +222,9 @@ def _nested(
             jnp.sum(per_item * w_i, -1) / jnp.sum(w_i, -1),
         )
 
-    return jax.lax.map(one, (keys, rows), batch_size=batch_size)
+    # One at a time without `batch_size`: lax.map vmaps a batch, and under vmap the `cond` above
+    # becomes a select that evaluates both branches (every atom of every replicate).
+    return jax.lax.map(one, (keys, rows), batch_size=batch_size if batch_size > 1 else None)
 
 
 def nested_bootstrap(

@@ -358,10 +358,12 @@ def estimate_and_predict(
         evaluated = _evaluate(
             scores, settings, hardness, sizes, metric_list=metric_list, report=report
         )
+        # The realized counts' draws need only the estimate: they run beside the bootstrap.
+        realized = _realized(scores, settings, hardness, evaluated, report=report)
         reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
     reps = reps if int(settings.protocol.nested_replicates) else None
     out, predicted = _predict_metrics(
-        scores, settings, hardness, evaluated, reps=reps, report=report
+        settings, evaluated, reps=reps, realized=realized, report=report
     )
     ap = out[metric_list[0].label(settings.k)]
     verdict, fits = _budget(
@@ -482,24 +484,40 @@ def _evaluate(
     return _Pass(values, in_views, rows, sizes, metric_list)
 
 
-def _predict_metrics(
+def _realized(
     scores: SampledScores,
     settings: PredictSettings,
     hardness: Hardness,
     evaluated: _Pass,
     *,
+    report: ilias_report.ReportSpec | None,
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Returns (the sd [M, G] of each metric's realized value around its expectation at the
+    pass's sizes (`realized_sd`), the same for the `report`'s items or None without one)."""
+    k, opts = settings.k, settings.protocol
+    sizes, metric_list = evaluated.sizes, evaluated.metric_list
+    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
+    real = None
+    if report is not None:
+        real = realized_items(hardness, scores, report, float(sizes[0]), k, metric_list, opts)
+    return realized, real
+
+
+def _predict_metrics(
+    settings: PredictSettings,
+    evaluated: _Pass,
+    *,
     reps: nested.Nested | None,
+    realized: tuple[np.ndarray | None, np.ndarray | None],
     report: ilias_report.ReportSpec | None,
 ) -> tuple[dict[str, MetricPrediction], Report | None]:
     """Returns (label -> `MetricPrediction` of each metric of `settings.metrics`, in its order,
     with its interval and curve; the ILIAS report predicted, or None without a `report`).
 
     The intervals combine the pass's reruns and priors, the nested bootstrap's `reps` and the
-    realized counts' noise (`realized_sd`); the report's extra metrics are dropped after.
+    realized counts' noise (`_realized`); the report's extra metrics are dropped after.
     """
-    k, opts = settings.k, settings.protocol
     sizes, metric_list = evaluated.sizes, evaluated.metric_list
-    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
     out = metric_predictions(
         evaluated.values,
         evaluated.rows,
@@ -507,15 +525,20 @@ def _predict_metrics(
         settings,
         sizes[1:],
         reps=reps,
-        realized=realized,
+        realized=realized[0],
     )
     predicted = None
     if report is not None:
-        real = realized_items(hardness, scores, report, float(sizes[0]), k, metric_list, opts)
         predicted = predicted_report(
-            report, evaluated.in_views, evaluated.rows, metric_list, settings, reps, realized=real
+            report,
+            evaluated.in_views,
+            evaluated.rows,
+            metric_list,
+            settings,
+            reps,
+            realized=realized[1],
         )
-    wanted = {m.label(k) for m in settings.metric_list()}
+    wanted = {m.label(settings.k) for m in settings.metric_list()}
     return {label: m for label, m in out.items() if label in wanted}, predicted
 
 

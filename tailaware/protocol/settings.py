@@ -5,9 +5,13 @@ protocol (intervals, curve, budget and drift checks) and the interval's model te
 """
 
 import dataclasses
+import importlib
+from typing import TYPE_CHECKING
 
-from tailaware.core import metrics as core_metrics
 from tailaware.tail.settings import TailSettings
+
+if TYPE_CHECKING:
+    from tailaware.core import metrics as core_metrics
 
 # The curve of a prediction spans these gallery sizes (log-spaced; `ProtocolSettings`).
 CURVE_RANGE = (1e3, 1e9)
@@ -108,9 +112,15 @@ class PredictSettings:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         for name in self.metrics:
-            core_metrics.get(name)
+            _metrics().get(name)
 
-    def metric_list(self) -> tuple[core_metrics.Metric, ...]:
+    def metric_list(self) -> "tuple[core_metrics.Metric, ...]":
         """Returns the metrics to predict: mAP first, then the others in the given order."""
         names = dict.fromkeys(("map", *self.metrics))
-        return tuple(core_metrics.METRICS[n] for n in names)
+        return tuple(_metrics().METRICS[n] for n in names)
+
+
+def _metrics():
+    """Returns `tailaware.core.metrics`, imported on first use: the configs import these settings,
+    and the `tailaware` command logs its first line before JAX's import (which it brings)."""
+    return importlib.import_module("tailaware.core.metrics")

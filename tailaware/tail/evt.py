@@ -213,7 +213,13 @@ def empirical_bayes_prior(
     mus = jnp.linspace(xis[0], jnp.minimum(xis[-1], 0.0), EB_MEANS)
     taus = jnp.asarray(EB_SDS, xis.dtype)
     log_prior = _normal_on_grid(xis[None, None, :], mus[:, None, None], taus[None, :, None])
-    marginal = jax.nn.logsumexp(log_lik[None, None, :, :] + log_prior[:, :, None, :], axis=-1)
+    # log sum_x prior(x) L_q(x) as a product of exponentials, each query's likelihood scaled by
+    # its largest: one matmul instead of the [M, T, Q, X] logsumexp.
+    top = jnp.max(log_lik, axis=-1)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    mixed = jnp.einsum("mtx,qx->mtq", jnp.exp(log_prior), jnp.exp(log_lik - top[:, None]))
+    tiny = np.finfo(mixed.dtype).tiny
+    marginal = jnp.log(jnp.maximum(mixed, tiny)) + top[None, None, :]
     total = jnp.sum(jnp.where(fitted[None, None, :], marginal, 0.0), axis=-1)  # [M, T]
     best = jnp.argmax(total)
     i, j = best // taus.shape[0], best % taus.shape[0]
