@@ -26,14 +26,18 @@ today's error, gives lambda ~ 0 (today's prediction). Why the metric level and t
 docs/estimators.md ("Correcting with a reference model's exact run"); the
 PPI form (the default, `ReferenceSettings.form`) instead takes lambda times today's known error
 on the reference, V_T^A - V_A, off V_T, lambda = Cov / Var of the joint replicates (PPI++).
+V_T^A runs under B's empirical-Bayes prior (in each replicate, that replicate's): the prior is a
+grid choice that one sampled item can move, and where it moved for one model only, the two
+errors parted (docs/validation.md, "Correcting with a reference model's exact run").
 
 The joint bootstrap gives every sampled item one Poisson(1) weight per replicate, a hash of its
 distractor id (`SampledScores.tail_ids`), so B's and A's files, scored on the same id-hash
 sample, resample the same items without being joined: c_B and c_A move together, B's tail is
 resampled with the same weights and the configured estimator rerun on it. Positives below
 either model's M-th stored score resample only their stored part (their rank is far past any
-k <= M N / S). The interval is the replicates' spread of the corrected value at fixed lambda
-over fixed queries.
+k <= M N / S). The interval (fixed queries, lambda fixed) is the replicates' spread of the
+corrected value: for the PPI form about the point itself (`ppi_sd`), for the difference form
+about their mean.
 
 Shapes: Q queries, P positive slots, M stored scores, R replicates.
 """
@@ -89,11 +93,12 @@ class MetricCorrection(NamedTuple):
       uncorrected: V_T, today's prediction from the sample alone.
       difference: V_D, the difference estimator's metric (lambda = 1), bootstrap-bias-corrected.
       lam: lambda.
-      sd: the joint bootstrap's sd of the corrected value (fixed queries).
+      sd: the joint bootstrap's sd of the corrected value (fixed queries); for the PPI form
+        its root mean squared error (`ppi_sd`).
       ci90: value -/+ z sd, cut to [0, 1].
       sd_uncorrected, sd_difference: the replicates' sds of V_T and V_D.
       bias: V_T - V_D, today's estimated bias.
-      per_query: [Q] the corrected per-query values.
+      per_query: [Q] the corrected per-query values (PPI form: not cut to [0, 1]).
       reference_error: form "ppi": today's estimator's error on the reference, V_T^A - V_A.
       exact, exact_per_query: the reference's exact value V_A and its [Q] per-query values:
         what `value` and `per_query` are compared against (`comparison.against_reference`).
@@ -206,10 +211,23 @@ def _realized(metric_list, total, mask, k) -> np.ndarray:
     )
 
 
-def today(sc: SampledScores, settings: PredictSettings, n, metric_list) -> np.ndarray:
+def today(
+    sc: SampledScores, settings: PredictSettings, n, metric_list, prior: np.ndarray | None = None
+) -> np.ndarray:
     """Returns [M, Q] the configured estimator's predicted metrics at n: today's point, as
-    `prediction.predict` reports it (the estimate under its own prior, sample-conditioned)."""
-    hardness = estimators.estimate(sc, settings.estimator, settings.tail, reruns=False)
+    `prediction.predict` reports it (the estimate under its own prior, sample-conditioned), or
+    under another sample's empirical-Bayes `prior` (mean, sd)."""
+    return _today(sc, settings, n, metric_list, prior)[0]
+
+
+def _today(sc, settings, n, metric_list, prior=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Returns `today`'s [M, Q] and the empirical-Bayes prior's (mean, sd) it ran under (None
+    for an estimator without one)."""
+    hardness = estimators.estimate(sc, settings.estimator, settings.tail, reruns=False, prior=prior)
+    fit, eb = hardness.fit, None
+    if fit is not None and fit.prior_mean is not None and fit.prior_sd is not None:
+        eb = np.array([fit.prior_mean[0], fit.prior_sd[0]], np.float32)
+        eb = eb if np.isfinite(eb).all() else None  # NaN under the tilt prior
     values, _ = evaluate.predicted_values(
         [evaluate.variant(hardness)],
         sc.mask,
@@ -219,7 +237,7 @@ def today(sc: SampledScores, settings: PredictSettings, n, metric_list) -> np.nd
         sc,
         metric_list=metric_list,
     )
-    return values[0, 0]
+    return values[0, 0], eb
 
 
 def choose_lambda(bias, var_t, var_d, cov) -> float:
@@ -245,6 +263,17 @@ def ppi_lambda(t_b: np.ndarray, t_a: np.ndarray) -> float:
     if var <= 0.0:
         return 0.0
     return float(np.clip(np.cov(t_b, t_a)[0, 1] / var, 0.0, 1.0))
+
+
+def ppi_sd(t_b: np.ndarray, t_a: np.ndarray, point_b: float, point_a: float, lam: float) -> float:
+    """Returns the bootstrap's root mean squared error of the PPI form: the replicates [R] of
+    V_T^B - lambda V_T^A about the point's own value, not about their mean.
+
+    Their spread about their mean is the sampling noise alone. Their shift from the point, the
+    bootstrap's estimate of the corrected value's bias (Efron & Tibshirani 1993, ch. 10),
+    is the part of today's error that A does not share; it enters squared, as of unknown sign.
+    """
+    return float(np.sqrt(np.mean((t_b - lam * t_a - (point_b - lam * point_a)) ** 2)))
 
 
 def correct(
@@ -279,8 +308,8 @@ def correct(
     c_a = np.where(mask, reference.pos_counts, 0)
     cache = {} if cache is None else cache
     if "today" not in cache:
-        cache["today"] = today(target, settings, n, metric_list)  # [M, Q]
-    v_t = cache["today"]
+        cache["today"] = _today(target, settings, n, metric_list)  # [M, Q], B's prior
+    v_t, prior_t = cache["today"]
     v_d = _realized(metric_list, _difference_counts(target, reference, counts, c_b, c_a), mask, k)
 
     # Ties are spread once on the original tail (as the nested bootstrap does); the replicates'
@@ -292,8 +321,8 @@ def correct(
     exact_a = np.where(mask, counts.counts[:, : mask.shape[1]] + reference.fixed_counts, -1)
     v_a = _realized(metric_list, exact_a, mask, k)  # A's exact metric
     ppi = ref_settings.form == "ppi"
-    if ppi:  # today's estimator on A's sample
-        v_ta = today(reference, settings, n, metric_list)
+    if ppi:  # today's estimator on A's sample under B's prior, so that its choice cancels
+        v_ta = today(reference, settings, n, metric_list, prior_t)
         spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
     rep_t, rep_d, rep_ta = [], [], []
     for r in range(ref_settings.replicates):
@@ -305,8 +334,8 @@ def correct(
             resampled = dataclasses.replace(
                 target, tail_scores=_resampled_tail(spread, w_b), pos_counts=cb_r
             )
-            cache[r] = today(resampled, no_spread, n, metric_list)
-        rep_t.append(cache[r])
+            cache[r] = _today(resampled, no_spread, n, metric_list)
+        rep_t.append(cache[r][0])
         d_r = _difference_counts(
             target, reference, counts, np.maximum(cb_r, 0), np.maximum(ca_r, 0)
         )
@@ -315,7 +344,7 @@ def correct(
             resampled_a = dataclasses.replace(
                 reference, tail_scores=_resampled_tail(spread_a, w_a), pos_counts=ca_r
             )
-            rep_ta.append(today(resampled_a, no_spread, n, metric_list))
+            rep_ta.append(today(resampled_a, no_spread, n, metric_list, cache[r][1]))
     reps_t, reps_d = np.stack(rep_t), np.stack(rep_d)  # [R, M, Q]
 
     out = {}
@@ -330,13 +359,14 @@ def correct(
             lam = ppi_lambda(t_r, ta_r)
             error_q = v_ta[i] - v_a[i]  # today's error on A, known exactly
             ref_error = float(error_q.mean())
-            per_query = np.clip(t_q - lam * error_q, 0.0, 1.0)
-            sd = float(np.std(t_r - lam * ta_r, ddof=1))
+            # Not cut per query: a cut at 0 or 1 would bias the mean (only the mean is cut).
+            per_query = t_q - lam * error_q
+            sd = ppi_sd(t_r, ta_r, float(t_q.mean()), float(v_ta[i].mean()), lam)
         else:
             lam = choose_lambda(bias, cov[0, 0], cov[1, 1], cov[0, 1])
             per_query = np.clip(t_q + lam * (d_q - t_q), 0.0, 1.0)
             sd = float(np.std(t_r + lam * (d_r - t_r), ddof=1))
-        value = float(per_query.mean())
+        value = float(np.clip(per_query.mean(), 0.0, 1.0))
         out[metric.label(k)] = MetricCorrection(
             label=metric.label(k),
             value=value,

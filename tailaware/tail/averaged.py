@@ -28,9 +28,17 @@ def fit(
 ) -> TailAtoms:
     """Returns the posterior's atoms [Q, P, X] and weights [Q, X] at `averaged_share` of the
     default threshold's excesses (`evt.posterior_atoms`; it selects its own threshold); they
-    converged where every shape's profile solve did."""
+    converged where every shape's profile solve did; under `c.prior` where one is given."""
     del default
-    return evt.posterior_atoms(evt.nan_padded(c), c.tail, c.s, settings, factor=factor, width=width)
+    return evt.posterior_atoms(
+        evt.nan_padded(c),
+        c.tail,
+        c.s,
+        settings,
+        factor=factor,
+        width=width,
+        eb_prior=c.prior,
+    )
 
 
 def reruns(

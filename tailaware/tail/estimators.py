@@ -137,17 +137,22 @@ def _run(c: functional.Core, traced: Traced, settings: TailSettings) -> tuple[ja
 
 
 def estimate(
-    scores: SampledScores, name: str, settings: TailSettings, reruns: bool = True
+    scores: SampledScores,
+    name: str,
+    settings: TailSettings,
+    reruns: bool = True,
+    prior: np.ndarray | None = None,
 ) -> Hardness:
     """Returns estimator `name`'s `Hardness` on `scores`.
 
     A tail-aware estimator returns its fit diagnostics and, with `reruns`, its threshold reruns
     and prior terms (`evt.estimate`: what the reported interval needs); the others run their
-    traced definition on the whole sample.
+    traced definition on the whole sample. `prior`: an empirical-Bayes prior's (mean, sd) to use
+    instead of the one the sample fits (the averaged estimator's; the others have none).
     """
     est = get(name)
     if est.tail is not None:
-        return evt.estimate(scores, settings, est.tail, reruns=reruns)
+        return evt.estimate(scores, settings, est.tail, reruns=reruns, prior=prior)
     atoms, _ = jax.device_get(_run(functional.core(scores, settings), est.traced, settings))
     mask = scores.mask
     return Hardness(

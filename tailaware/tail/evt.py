@@ -311,13 +311,15 @@ def posterior_atoms(
     *,
     factor: float | jax.Array = 1.0,
     width: int | None = None,
+    eb_prior: jax.Array | None = None,
 ) -> TailAtoms:
     """Returns `posterior`'s atoms and weights as a `TailAtoms`, with whether every profile
     solve converged [Q], the selected excess count [Q], the A^2 statistics [F, Q] and the
     empirical-Bayes prior's (mean, sd) (NaN for the tilt prior).
 
     `factor` and `width` set the default threshold's excess count as in `excesses`; the
-    posterior keeps `averaged_share(settings)` of them.
+    posterior keeps `averaged_share(settings)` of them. `eb_prior`: [2] an empirical-Bayes prior's
+    fitted (mean, sd) to use instead of fitting one (shifted by `eb_shift` all the same).
     """
     dtype = tail_scores.dtype
     xis, prior = xi_grid(settings.xi_tilt, dtype, settings.xi_max)
@@ -330,7 +332,10 @@ def posterior_atoms(
     tiny = jnp.finfo(dtype).tiny  # type: ignore[no-untyped-call]  # ml_dtypes' finfo: untyped
     log_width = -0.5 * jnp.log(jnp.maximum(info, tiny))
     log_prior, eb = jnp.log(prior), jnp.full((2,), jnp.nan, dtype)
-    if settings.prior == "empirical_bayes":
+    if settings.prior == "empirical_bayes" and eb_prior is not None:
+        log_prior = _normal_on_grid(xis, eb_prior[0] + settings.eb_shift, eb_prior[1])
+        eb = eb_prior.astype(dtype)
+    elif settings.prior == "empirical_bayes":
         log_prior, mu, tau = empirical_bayes_prior(
             log_width + ll, jnp.any(mask, axis=1), xis, settings.eb_shift
         )
@@ -625,7 +630,11 @@ def _host_atoms(
 
 
 def estimate(
-    scores: SampledScores, settings: TailSettings, model: TailModel, reruns: bool = False
+    scores: SampledScores,
+    settings: TailSettings,
+    model: TailModel,
+    reruns: bool = False,
+    prior: np.ndarray | None = None,
 ) -> Hardness:
     """Returns the tail-aware `Hardness` with the tail model `model`.
 
@@ -640,9 +649,10 @@ def estimate(
     under a flatter and a steeper prior on xi; one with more than one atom its atoms.
 
     `settings` gives M (`top_m`), q (`threshold_quantile`), `min_count` and the prior. `fit`
-    holds the per-query diagnostics (`TailFit`).
+    holds the per-query diagnostics (`TailFit`). `prior`: the (mean, sd) of an empirical-Bayes
+    prior to use instead of the one this sample fits (`Core.prior`).
     """
-    c = functional.core(scores, settings, full=True)
+    c = functional.core(scores, settings, full=True, prior=prior)
     # The host prices counted positives in float64 from the file's exact counts and S.
     mask, s = scores.mask, float(scores.n_sample)
     counts = np.where(mask, scores.pos_counts, 0)
@@ -671,7 +681,7 @@ def estimate(
     if np.shape(main.atoms.weights)[1] == 1:  # a point estimate
         return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
     atoms, weights = _host_atoms(main, counts, s, mask)
-    prior = model.prior_weights if reruns else None
+    reweigh = model.prior_weights if reruns else None
     return Hardness(
         x=x,
         mask=mask,
@@ -680,7 +690,7 @@ def estimate(
         atoms=atoms,
         weights=weights,
         reruns=others,
-        prior_weights=None if prior is None else prior(weights, settings),
+        prior_weights=None if reweigh is None else reweigh(weights, settings),
     )
 
 

@@ -35,7 +35,7 @@ def excess_count(m: int, threshold_quantile: float, factor: float = 1.0) -> int:
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=("tail", "pos", "counts", "mask", "fixed", "s"),
+    data_fields=("tail", "pos", "counts", "mask", "fixed", "s", "prior"),
     meta_fields=("threshold_quantile",),
 )
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Core:
       s: S.
       threshold_quantile: q' (static, not traced): the (k + 1)-th of L_s kept scores is the
         threshold the estimator puts at its q-quantile of min(M, top_m).
+      prior: [2] a given empirical-Bayes prior's fitted (mean, sd) on xi, used instead of the
+        one the sample would fit (`evt.posterior_atoms`); None fits it.
     """
 
     tail: jax.Array
@@ -57,6 +59,7 @@ class Core:
     fixed: jax.Array
     s: jax.Array
     threshold_quantile: float
+    prior: jax.Array | None = None
 
 
 def resample_width(settings: TailSettings, m: int) -> int:
@@ -81,6 +84,7 @@ def core(
     reference: SampledScores | None = None,
     *,
     full: bool = False,
+    prior: np.ndarray | None = None,
 ) -> Core:
     """Returns the fixed-shape inputs of `scores` for the estimators' traced definitions.
 
@@ -92,7 +96,8 @@ def core(
 
     With `full` (no `reference`), the tail-aware estimate's own inputs instead: every stored
     score up to `top_m`, at q itself, as its fit diagnostics and threshold reruns (twice the
-    excesses) read them. Either way ties are spread first (`dequantize.spread_ties`).
+    excesses) read them. Either way ties are spread first (`dequantize.spread_ties`). `prior`:
+    the (mean, sd) of an empirical-Bayes prior to use instead of fitting one (`Core.prior`).
     """
     top_m = int(settings.top_m)
     if full:
@@ -121,6 +126,7 @@ def core(
         fixed=jnp.asarray(np.where(mask, scores.fixed_counts, 0), jnp.float32),
         s=jnp.float32(scores.n_sample),
         threshold_quantile=tq,
+        prior=None if prior is None else jnp.asarray(prior, jnp.float32),
     )
 
 
