@@ -15,7 +15,7 @@ import numpy as np
 from tailaware.core import evaluate
 from tailaware.core.results import Diagnostics, Interval, Prediction
 from tailaware.io.artifact import HardnessArtifact
-from tailaware.protocol import diagnostics, intervals, prediction
+from tailaware.protocol import diagnostics, prediction
 from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators
 
@@ -44,21 +44,16 @@ def at_sizes(
     threshold and prior terms, where the artifact has them.
     """
     sizes = np.atleast_1d(np.asarray(sizes, np.float64))
-    k, opts = settings.k, settings.protocol
+    k = settings.k
     sample = None if art.pos_counts is None else evaluate.Counts(art.pos_counts, art.n_sample)
     every, rows = prediction.variants(art.hardness)
     values, _ = evaluate.predicted_values(every, art.mask, sizes, k, art.fixed_counts, sample)
     means = values[:, :, 0].mean(axis=-1)  # [W, G]
-    reruns, priors = means[rows.reruns], means[rows.priors]
-    bands = intervals.item_intervals(
+    bands = prediction.combined_intervals(
         values[0, :, 0],
-        settings.intervals,
-        opts.query_replicates,
-        opts.seed,
-        reruns=reruns if len(reruns) else None,
-        priors=priors if len(priors) else None,
+        settings,
+        rows.terms(means, _realized_each(art, sizes, settings)),
         sd_distractor=distractor_sd_at(art, sizes, k)[0],
-        sd_realized=_realized_each(art, sizes, settings),
     )
     return values[0, :, 0], bands
 

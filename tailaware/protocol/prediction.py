@@ -21,6 +21,7 @@ diagnostic"):
 Shapes: Q queries, P positive slots, G gallery sizes, F threshold reruns, T other priors.
 """
 
+from collections.abc import Sequence
 from concurrent import futures
 from typing import NamedTuple
 
@@ -99,6 +100,29 @@ class Rows(NamedTuple):
     reruns: slice  # the threshold reruns
     baselines: slice  # the count and homogeneous baselines (empty from an artifact)
 
+    def terms(self, values: np.ndarray, realized: np.ndarray | None = None) -> "Terms":
+        """Returns the interval `Terms` of items whose values under each weighting are `values`
+        [W, I] (rows as these), with their realized-value sds `realized` [I] or None."""
+        return Terms(_terms(values[self.reruns]), _terms(values[self.priors]), realized)
+
+
+class Terms(NamedTuple):
+    """The terms an item's interval adds to its query and distractor terms
+    (`intervals.item_intervals`); None where a term is not measured."""
+
+    reruns: np.ndarray | None  # [F, I] the items' values under the threshold reruns
+    priors: np.ndarray | None  # [T, I] under the other priors on the tail shape
+    realized: np.ndarray | None  # [I] the sd of each realized value around its expectation
+
+    def cut(self, part: slice) -> "Terms":
+        """Returns the terms of the items `part` alone."""
+        reruns, priors, realized = self
+        return Terms(
+            None if reruns is None else reruns[:, part],
+            None if priors is None else priors[:, part],
+            None if realized is None else realized[part],
+        )
+
 
 def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[list, Rows]:
     """Returns the hardness variants of a prediction's pass and where their rows are: the
@@ -171,8 +195,8 @@ def realized_items(hardness, sample, spec, n_target, k, metric_list, opts) -> np
         return None
     views = np.asarray(spec.views, bool)
     got = _spread(hardness, sample, n_target, k, metric_list, opts, views=views).counts
-    names = [m.name for m in metric_list]
-    var = np.stack([got[it.view, names.index(it.metric)] for it in spec.items])  # [I, Q]
+    view, metric = _item_index(spec, metric_list)
+    var = got[view, metric]  # [I, Q]
     return realization.mean_sd(var, spec.weights)
 
 
@@ -187,11 +211,6 @@ def _terms(values: np.ndarray) -> np.ndarray | None:
     return values if len(values) else None
 
 
-def _columns(values: np.ndarray | None, cut: slice) -> np.ndarray | None:
-    """Returns the gallery sizes `cut` of [F, G] model reruns (None stays None)."""
-    return None if values is None else values[:, cut]
-
-
 def _over_queries(unc: Interval) -> tuple[float, float]:
     """Returns the 90% interval over queries like these, which every computed `Interval` has
     (only one read from an old file lacks it)."""
@@ -200,17 +219,43 @@ def _over_queries(unc: Interval) -> tuple[float, float]:
     return unc.ci90.queries
 
 
-def metric_predictions(
-    values,
-    rows: Rows,
-    metric_list,
+def combined_intervals(
+    per_query: np.ndarray,
     settings: PredictSettings,
-    grid,
+    terms: Terms,
     *,
-    reps=None,
-    sd=None,
-    realized=None,
-) -> dict:
+    weights: np.ndarray | None = None,
+    nested: tuple[np.ndarray, np.ndarray] | None = None,
+    sd_distractor: np.ndarray | None = None,
+) -> list[Interval]:
+    """Returns the `Interval` of each item [I, Q] of a prediction (`intervals.item_intervals`
+    under its settings, with its `terms`): the one way every predicted value's terms combine."""
+    opts = settings.protocol
+    return intervals.item_intervals(
+        per_query,
+        settings=settings.intervals,
+        query_replicates=opts.query_replicates,
+        seed=opts.seed,
+        weights=weights,
+        reruns=terms.reruns,
+        priors=terms.priors,
+        nested=nested,
+        sd_distractor=sd_distractor,
+        sd_realized=terms.realized,
+    )
+
+
+def metric_predictions(
+    values: np.ndarray,
+    rows: Rows,
+    metric_list: Sequence[metrics.Metric],
+    settings: PredictSettings,
+    grid: np.ndarray,
+    *,
+    reps: nested.Nested | None = None,
+    sd: np.ndarray | None = None,
+    realized: np.ndarray | None = None,
+) -> dict[str, MetricPrediction]:
     """Returns label -> `MetricPrediction` of every metric from a prediction's pass.
 
     Args:
@@ -220,65 +265,63 @@ def metric_predictions(
         (empty: the target alone, no curve).
       reps: the nested bootstrap (`nested.Nested`, at the target and its anchor sizes): the
         target's interval from its replicates, the curve's from their sd interpolated in log N.
-      sd: [M, G] the distractor sd where only it is known (an artifact's; NaN: unknown).
+      sd: [M, G] the distractor sd where only it is known (an artifact's; NaN: unknown);
+        ignored with `reps`.
       realized: [M, G] the sd of each metric's realized value around its expectation
         (`realized_sd`), or None.
     """
-    opts = settings.protocol
     means = values.mean(axis=-1)  # [W, G, M]
-    common = (settings.intervals, opts.query_replicates, opts.seed)
     out = {}
     for m, metric in enumerate(metric_list):
         per_query = values[0, :, m, :]  # [G, Q]
-        reruns = _terms(means[rows.reruns, :, m])
-        priors = _terms(means[rows.priors, :, m])
-        sd_curve = None if sd is None else sd[m, 1:]
-        real = None if realized is None else realized[m]
-        cut = lambda part, real=real: None if real is None else real[part]
+        terms = rows.terms(means[:, :, m], None if realized is None else realized[m])
         if reps is None:
             sd_m = None if sd is None else sd[m]
-            uncs = intervals.item_intervals(
-                per_query,
-                *common,
-                sd_distractor=sd_m,
-                sd_realized=real,
-                reruns=reruns,
-                priors=priors,
-            )
-        else:  # the target's own replicates; the curve's sd interpolated between the anchors
-            at_n = (reps.distractor[:1, m], reps.combined[:1, m])
-            target, rest = slice(1), slice(1, None)
-            uncs = intervals.item_intervals(
-                per_query[target],
-                *common,
-                nested=at_n,
-                sd_realized=cut(target),
-                reruns=_columns(reruns, target),
-                priors=_columns(priors, target),
-            )
-            if len(grid):
-                sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
-                uncs += intervals.item_intervals(
-                    per_query[rest],
-                    *common,
-                    sd_distractor=sd_curve,
-                    sd_realized=cut(rest),
-                    reruns=_columns(reruns, rest),
-                    priors=_columns(priors, rest),
-                )
-        known = None if sd_curve is None or np.isnan(sd_curve).any() else sd_curve
-        curve = None
-        if len(grid):
-            curve = Curve(
-                n=tuple(np.asarray(grid, np.float64).tolist()),
-                values=tuple(means[0, 1:, m].tolist()),
-                ci90=tuple(u.ci90.reported for u in uncs[1:]),
-                sd_distractor=None if known is None else tuple(known.tolist()),
-                ci90_queries=tuple(_over_queries(u) for u in uncs[1:]),
-            )
+            uncs = combined_intervals(per_query, settings, terms, sd_distractor=sd_m)
+            sd_curve = None if sd_m is None else sd_m[1:]
+        else:
+            uncs, sd_curve = _nested_intervals(per_query, settings, terms, reps, m, grid)
+        curve = _curve(grid, means[0, 1:, m], uncs[1:], sd_curve) if len(grid) else None
         got = MetricPrediction.of(metric, settings.k, means[0, 0, m], per_query[0], uncs[0], curve)
         out[got.label] = got
     return out
+
+
+def _nested_intervals(
+    per_query: np.ndarray,
+    settings: PredictSettings,
+    terms: Terms,
+    reps: nested.Nested,
+    m: int,
+    grid: np.ndarray,
+) -> tuple[list[Interval], np.ndarray | None]:
+    """Returns (the intervals [G] of metric `m` from its values `per_query` [G, Q], the curve's
+    distractor sd [G - 1] or None without a curve): at the target from its own nested
+    replicates `reps`, on the curve `grid` from their sd interpolated in log N between them."""
+    target, rest = slice(1), slice(1, None)
+    at_n = (reps.distractor[:1, m], reps.combined[:1, m])
+    uncs = combined_intervals(per_query[target], settings, terms.cut(target), nested=at_n)
+    if not len(grid):
+        return uncs, None
+    sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])
+    curve = combined_intervals(per_query[rest], settings, terms.cut(rest), sd_distractor=sd_curve)
+    return uncs + curve, sd_curve
+
+
+def _curve(
+    grid: np.ndarray, values: np.ndarray, uncs: list[Interval], sd_distractor: np.ndarray | None
+) -> Curve:
+    """Returns a metric's `Curve`: its `values` [G] and intervals `uncs` at the sizes `grid` [G],
+    with the distractor sd [G] where it is known at every size."""
+    if sd_distractor is not None and np.isnan(sd_distractor).any():
+        sd_distractor = None
+    return Curve(
+        n=tuple(np.asarray(grid, np.float64).tolist()),
+        values=tuple(values.tolist()),
+        ci90=tuple(u.ci90.reported for u in uncs),
+        sd_distractor=None if sd_distractor is None else tuple(sd_distractor.tolist()),
+        ci90_queries=tuple(_over_queries(u) for u in uncs),
+    )
 
 
 def at_target(
@@ -528,7 +571,7 @@ def _predict_metrics(
         realized=realized[0],
     )
     predicted = None
-    if report is not None:
+    if report is not None and evaluated.in_views is not None:  # the pass has views with a report
         predicted = predicted_report(
             report,
             evaluated.in_views,
@@ -637,20 +680,36 @@ def _baselines(
 MIN_REPORT_QUERIES = 20
 
 
-def _items(spec: ilias_report.ReportSpec, metric_list) -> nested.Items:
-    """Returns the report's items as the nested bootstrap evaluates them."""
+def _item_index(
+    spec: ilias_report.ReportSpec, metric_list: Sequence[metrics.Metric]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns ([I] view, [I] metric) indices of the report's items among the views and
+    `metric_list`: `a[view, metric]` is [I, Q] from per-query values a [V, M, Q]."""
     names = [m.name for m in metric_list]
+    return (
+        np.asarray([it.view for it in spec.items], np.int32),
+        np.asarray([names.index(it.metric) for it in spec.items], np.int32),
+    )
+
+
+def _items(spec: ilias_report.ReportSpec, metric_list: Sequence[metrics.Metric]) -> nested.Items:
+    """Returns the report's items as the nested bootstrap evaluates them."""
+    view_index, metric_index = _item_index(spec, metric_list)
     return nested.Items(
-        views=spec.views,
-        view_index=np.asarray([it.view for it in spec.items], np.int32),
-        metric_index=np.asarray([names.index(it.metric) for it in spec.items], np.int32),
-        weights=spec.weights,
+        views=spec.views, view_index=view_index, metric_index=metric_index, weights=spec.weights
     )
 
 
 def predicted_report(
-    spec, in_views, rows: Rows, metric_list, settings: PredictSettings, reps, realized=None
-):
+    spec: ilias_report.ReportSpec,
+    in_views: np.ndarray,
+    rows: Rows,
+    metric_list: Sequence[metrics.Metric],
+    settings: PredictSettings,
+    reps: nested.Nested | None,
+    *,
+    realized: np.ndarray | None = None,
+) -> Report:
     """Returns the predicted ILIAS `Report` (percent), every value with its 90% interval.
 
     Args:
@@ -661,42 +720,58 @@ def predicted_report(
       realized: [I] each item's realized-value sd (`realized_items`), or None.
     """
     names = [m.name for m in metric_list]
-    per_row = lambda r: {(v, m): in_views[r, v, names.index(m)] for v, m in spec.pairs()}
-    item_values = lambda r: np.asarray(ilias_report.apply(spec, per_row(r)), np.float64)
-
-    def stacked(part: slice) -> np.ndarray | None:
-        return _terms(np.asarray([item_values(r) for r in range(part.start, part.stop)]))
-
-    per_query = np.stack([in_views[0, it.view, names.index(it.metric)] for it in spec.items])
-    opts = settings.protocol
-    nest = None if reps is None else (reps.items_distractor, reps.items_combined)
-    uncs = intervals.item_intervals(
-        per_query,
-        settings.intervals,
-        opts.query_replicates,
-        opts.seed,
+    points = np.stack([_report_items(spec, in_view, names) for in_view in in_views])  # [W, I]
+    view, metric = _item_index(spec, metric_list)
+    uncs = combined_intervals(
+        in_views[0, view, metric],
+        settings,
+        rows.terms(points, realized),
         weights=spec.weights,
-        nested=nest,
-        sd_realized=realized,
-        reruns=stacked(rows.reruns),
-        priors=stacked(rows.priors),
+        nested=_items_nested(reps),
     )
-    main = per_row(0)
+    return _report(spec, points[0], uncs, aps=in_views[0, 0, names.index("map")])
+
+
+def _report_items(
+    spec: ilias_report.ReportSpec, in_view: np.ndarray, names: list[str]
+) -> np.ndarray:
+    """Returns [I] the report's items from one weighting's per-query values [V, M, Q] of the
+    metrics `names` [M]."""
+    per_query = {(v, m): in_view[v, names.index(m)] for v, m in spec.pairs()}
+    return np.asarray(ilias_report.apply(spec, per_query), np.float64)
+
+
+def _items_nested(reps: nested.Nested | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Returns the report items' nested replicates (distractor [I, B], combined [I, B]), or None
+    without a nested bootstrap."""
+    if reps is None:
+        return None
+    if reps.items_distractor is None or reps.items_combined is None:
+        raise ValueError("a nested bootstrap without the report's items")
+    return reps.items_distractor, reps.items_combined
+
+
+def _report(
+    spec: ilias_report.ReportSpec, points: np.ndarray, uncs: list[Interval], *, aps: np.ndarray
+) -> Report:
+    """Returns the `Report` (percent) of the items' `points` [I] and intervals `uncs`, with the
+    per-query AP@k `aps` [Q]."""
+    values = (
+        ReportValue(
+            it.section,
+            it.key,
+            100.0 * float(point),
+            it.num_queries,
+            it.num_instances,
+            _percent(unc.ci90.reported),
+            _percent(_over_queries(unc)),
+        )
+        for it, point, unc in zip(spec.items, points, uncs, strict=True)
+    )
     return Report(
-        values=tuple(
-            ReportValue(
-                it.section,
-                it.key,
-                100.0 * float(point),
-                it.num_queries,
-                it.num_instances,
-                _percent(unc.ci90.reported),
-                _percent(_over_queries(unc)),
-            )
-            for it, point, unc in zip(spec.items, item_values(0), uncs, strict=True)
-        ),
+        values=tuple(values),
         query_ids=spec.query_ids,
-        aps=100.0 * np.asarray(main[(0, "map")], np.float64),
+        aps=100.0 * np.asarray(aps, np.float64),
         notes=spec.notes,
     )
 
