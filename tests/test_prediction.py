@@ -167,8 +167,9 @@ def test_realized_terms_of_metrics_and_report_items():
     h = Hardness(x=x, mask=mask, tail_priced=mask)
     opts = ProtocolSettings(realized_draws=64)
     maps = (metrics.METRICS["map"],)
-    assert prediction.realized_sd(h, sample, [100.0], 20, maps, opts)[0, 0] == 0.0
-    at_n = prediction.realized_sd(h, sample, [2000.0], 20, maps, opts)[0, 0]
+    at = dict(k=20, metric_list=maps)
+    assert prediction.realized_sd(h, sample, [100.0], **at, opts=opts)[0, 0] == 0.0
+    at_n = prediction.realized_sd(h, sample, [2000.0], **at, opts=opts)[0, 0]
     want = realization.spread(
         x,
         None,
@@ -180,15 +181,15 @@ def test_realized_terms_of_metrics_and_report_items():
         draws=64,
     )
     assert at_n == pytest.approx(realization.mean_sd(want.counts[0])) and at_n > 0
-    assert prediction.realized_sd(h, sample, [2000.0], 20, maps, ProtocolSettings()) is not None
+    assert prediction.realized_sd(h, sample, [2000.0], **at, opts=ProtocolSettings()) is not None
     off = ProtocolSettings(realized_draws=0)
-    assert prediction.realized_sd(h, sample, [2000.0], 20, maps, off) is None
+    assert prediction.realized_sd(h, sample, [2000.0], **at, opts=off) is None
 
     views = np.stack([mask, mask & np.array([False, True, True])])
     items = (SimpleNamespace(view=1, metric="map"), SimpleNamespace(view=0, metric="recall"))
     spec = SimpleNamespace(views=views, items=items, weights=np.array([[0.5, 0.5], [0.0, 1.0]]))
     both = (metrics.METRICS["map"], metrics.METRICS["recall"])
-    got = prediction.realized_items(h, sample, spec, 2000.0, 20, both, opts)
+    got = prediction.realized_items(h, sample, spec, 2000.0, k=20, metric_list=both, opts=opts)
     counts = np.where(mask, sample.pos_counts, 0)
     kw = dict(counts=counts, n_sample=100, draws=64, views=views, metric_list=both)
     var = realization.spread(x, None, mask, 2000.0, 20, **kw).counts  # [V, M, Q]

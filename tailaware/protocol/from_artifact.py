@@ -63,7 +63,9 @@ def _realized_each(art: HardnessArtifact, sizes, settings: PredictSettings) -> n
     (`prediction.realized_sd`), or None when off."""
     metric = (settings.metric_list()[0],)
     got = [
-        prediction.realized_sd(art.hardness, art, [n], settings.k, metric, settings.protocol)
+        prediction.realized_sd(
+            art.hardness, art, [n], k=settings.k, metric_list=metric, opts=settings.protocol
+        )
         for n in sizes
     ]
     # realized_sd is None for every size or for none (`opts.realized_draws`).
@@ -102,7 +104,9 @@ def predict(
         every, art.mask, sizes, k, art.fixed_counts, sample, metric_list=metric_list
     )
     sd = distractor_sd_at(art, sizes, k, tuple(m.name for m in metric_list))
-    realized = prediction.realized_sd(art.hardness, art, sizes, k, metric_list, settings.protocol)
+    realized = prediction.realized_sd(
+        art.hardness, art, sizes, k=k, metric_list=metric_list, opts=settings.protocol
+    )
     out = prediction.metric_predictions(
         values, rows, metric_list, settings, grid, sd=sd, realized=realized
     )

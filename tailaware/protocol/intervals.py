@@ -23,6 +23,7 @@ import statistics
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core.results import Bounds, Interval
 from tailaware.protocol.settings import IntervalSettings
@@ -187,17 +188,17 @@ def deviation(maps, points) -> np.ndarray:
 
 
 def item_intervals(
-    per_query,
+    per_query: ArrayLike,
+    *,
     settings: IntervalSettings,
     query_replicates: int,
     seed: int,
-    *,
-    weights=None,
-    reruns=None,
-    priors=None,
-    nested=None,
-    sd_distractor=None,
-    sd_realized=None,
+    weights: ArrayLike | None = None,
+    reruns: np.ndarray | None = None,
+    priors: np.ndarray | None = None,
+    nested: tuple[np.ndarray, np.ndarray] | None = None,
+    sd_distractor: np.ndarray | None = None,
+    sd_realized: np.ndarray | None = None,
 ) -> list[Interval]:
     """Returns the `Interval` of each reported item: a weighted mean of per-query values.
 

@@ -26,6 +26,7 @@ from concurrent import futures
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core import evaluate, metrics, realization
 from tailaware.core.results import (
@@ -40,9 +41,10 @@ from tailaware.core.results import (
     Report,
     ReportValue,
 )
+from tailaware.io.artifact import HardnessArtifact
 from tailaware.io.scores import SampledScores, load_scores
 from tailaware.protocol import baselines, budget, diagnostics, ilias_report, intervals, nested
-from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
+from tailaware.protocol.settings import CURVE_RANGE, PredictSettings, ProtocolSettings
 from tailaware.tail import estimators
 
 
@@ -139,11 +141,20 @@ def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[l
     return [main, *reruns, *(evaluate.variant(b) for b in base)], rows
 
 
-def _spread(hardness: Hardness, sample, n: float, k: int, metric_list, opts, views=None):
+def _spread(
+    hardness: Hardness,
+    sample: SampledScores | HardnessArtifact,
+    n: float,
+    *,
+    k: int,
+    metric_list: Sequence[metrics.Metric],
+    opts: ProtocolSettings,
+    views: np.ndarray | None = None,
+) -> realization.Spread:
     """Returns `core.realization.spread` of the estimate at gallery size `n`, conditioned on the
     `sample`'s counts where it has them (a `SampledScores`, or an artifact with `pos_counts`
     and `n_sample`)."""
-    counts = getattr(sample, "pos_counts", None)
+    counts = sample.pos_counts
     mask = hardness.mask
     return realization.spread(
         hardness.x if hardness.atoms is None else hardness.atoms,
@@ -161,7 +172,15 @@ def _spread(hardness: Hardness, sample, n: float, k: int, metric_list, opts, vie
     )
 
 
-def realized_sd(hardness: Hardness, sample, sizes, k: int, metric_list, opts) -> np.ndarray | None:
+def realized_sd(
+    hardness: Hardness,
+    sample: SampledScores | HardnessArtifact,
+    sizes: ArrayLike,
+    *,
+    k: int,
+    metric_list: Sequence[metrics.Metric],
+    opts: ProtocolSettings,
+) -> np.ndarray | None:
     """Returns [M, G] the sd of each metric's realized mean over the queries around the law's
     expectation at `sizes` [G] (the target first, then the curve's), or None when
     `opts.realized_draws` is 0.
@@ -178,7 +197,9 @@ def realized_sd(hardness: Hardness, sample, sizes, k: int, metric_list, opts) ->
     at = [sizes[0], *anchors] if sizes.size > 1 else [sizes[0]]
     sds = np.stack(
         [
-            realization.mean_sd(_spread(hardness, sample, n, k, metric_list, opts).counts)
+            realization.mean_sd(
+                _spread(hardness, sample, n, k=k, metric_list=metric_list, opts=opts).counts
+            )
             for n in at
         ],
         axis=-1,
@@ -188,13 +209,24 @@ def realized_sd(hardness: Hardness, sample, sizes, k: int, metric_list, opts) ->
     return np.concatenate([sds[:, :1], _log_interp(sizes[1:], anchors, sds[:, 1:])], axis=-1)
 
 
-def realized_items(hardness, sample, spec, n_target, k, metric_list, opts) -> np.ndarray | None:
+def realized_items(
+    hardness: Hardness,
+    sample: SampledScores | HardnessArtifact,
+    spec: ilias_report.ReportSpec,
+    n_target: float,
+    *,
+    k: int,
+    metric_list: Sequence[metrics.Metric],
+    opts: ProtocolSettings,
+) -> np.ndarray | None:
     """Returns [I] the realized-value sd of each item of the ILIAS report `spec` at the target
     (`realized_sd`, in the item's view and over its query weights), or None when off."""
     if not opts.realized_draws:
         return None
     views = np.asarray(spec.views, bool)
-    got = _spread(hardness, sample, n_target, k, metric_list, opts, views=views).counts
+    got = _spread(
+        hardness, sample, n_target, k=k, metric_list=metric_list, opts=opts, views=views
+    ).counts
     view, metric = _item_index(spec, metric_list)
     var = got[view, metric]  # [I, Q]
     return realization.mean_sd(var, spec.weights)
@@ -348,7 +380,9 @@ def at_target(
         scores,
         metric_list=metric_list,
     )
-    realized = realized_sd(hardness, scores, [n_target], settings.k, metric_list, settings.protocol)
+    realized = realized_sd(
+        hardness, scores, [n_target], k=settings.k, metric_list=metric_list, opts=settings.protocol
+    )
     return metric_predictions(
         values, rows, metric_list, settings, np.zeros(0), reps=reps, realized=realized
     )
@@ -539,10 +573,12 @@ def _realized(
     pass's sizes (`realized_sd`), the same for the `report`'s items or None without one)."""
     k, opts = settings.k, settings.protocol
     sizes, metric_list = evaluated.sizes, evaluated.metric_list
-    realized = realized_sd(hardness, scores, sizes, k, metric_list, opts)
+    realized = realized_sd(hardness, scores, sizes, k=k, metric_list=metric_list, opts=opts)
     real = None
     if report is not None:
-        real = realized_items(hardness, scores, report, float(sizes[0]), k, metric_list, opts)
+        real = realized_items(
+            hardness, scores, report, float(sizes[0]), k=k, metric_list=metric_list, opts=opts
+        )
     return realized, real
 
 
