@@ -108,7 +108,7 @@ def predict(
         label = next(iter(p.metrics))
         u = prediction.at_target(uniform, settings, h_u, float(n_target))[label]
         baselines["uniform_only"] = float(u.value)
-        lo, hi = u.interval.ci90.reported
+        lo, hi = prediction.predicted_interval(u).ci90.reported
         lines.append(
             f"UNIFORM ONLY: {label} at N = {n_target:,}: {u.value:.4f} [{lo:.4f}, {hi:.4f}] "
             f"from the {uniform.n_sample:,} hash-sampled items alone; pooled: "

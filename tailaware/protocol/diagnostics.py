@@ -72,7 +72,9 @@ def reconciled(count: int) -> tuple[str, ...]:
     )
 
 
-def tail_counts(hardness: Hardness, counts: np.ndarray, n_sample: int, min_count: int):
+def tail_counts(
+    hardness: Hardness, counts: np.ndarray, n_sample: int, min_count: int
+) -> tuple[float, float, float]:
     """Returns (observed, expected, sd) of the summed sampled counts of the tail-priced positives.
 
     A positive is priced by the tail when fewer than c = `min_count` sampled distractors beat it,

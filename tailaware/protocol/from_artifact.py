@@ -10,7 +10,10 @@ artifact lacks is left out, and the summary says so); no baselines, budget or dr
 Shapes: Q queries, G gallery sizes.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core import evaluate
 from tailaware.core.results import Diagnostics, Interval, Prediction
@@ -20,7 +23,9 @@ from tailaware.protocol.settings import CURVE_RANGE, PredictSettings
 from tailaware.tail import estimators
 
 
-def distractor_sd_at(art: HardnessArtifact, sizes, k: int, names=("map",)) -> np.ndarray:
+def distractor_sd_at(
+    art: HardnessArtifact, sizes: ArrayLike, k: int, names: Sequence[str] = ("map",)
+) -> np.ndarray:
     """Returns the stored distractor-sample sd [M, G] of each metric `names` [M] at `sizes` [G]
     (interpolated in log N, constant beyond the stored range); NaN where the artifact has none
     for that metric at this k."""
@@ -36,7 +41,7 @@ def distractor_sd_at(art: HardnessArtifact, sizes, k: int, names=("map",)) -> np
 
 
 def at_sizes(
-    art: HardnessArtifact, sizes, settings: PredictSettings
+    art: HardnessArtifact, sizes: ArrayLike, settings: PredictSettings
 ) -> tuple[np.ndarray, list[Interval]]:
     """Returns (per-query AP@k [G, Q], the reported `Interval` at each size) at `sizes` [G].
 
@@ -58,7 +63,9 @@ def at_sizes(
     return values[0, :, 0], bands
 
 
-def _realized_each(art: HardnessArtifact, sizes, settings: PredictSettings) -> np.ndarray | None:
+def _realized_each(
+    art: HardnessArtifact, sizes: np.ndarray, settings: PredictSettings
+) -> np.ndarray | None:
     """Returns [G] mAP@k's realized-value sd at each of `sizes`, each drawn as a target is
     (`prediction.realized_sd`), or None when off."""
     metric = (settings.metric_list()[0],)

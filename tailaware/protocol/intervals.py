@@ -34,11 +34,12 @@ LEVELS = (0.90, 0.95)
 def percentile_interval(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
     """Returns the [lo, hi] percentile interval of `samples` along `axis` (numpy)."""
     a = (1.0 - level) / 2.0
-    return np.quantile(samples, [a, 1.0 - a], axis=axis)
+    bounds: np.ndarray = np.quantile(samples, [a, 1.0 - a], axis=axis)
+    return bounds
 
 
 @jax.jit
-def _query_means(weights, aps):
+def _query_means(weights: jax.Array, aps: jax.Array) -> jax.Array:
     return jnp.tensordot(aps, weights, axes=([-1], [1]))  # [..., B]
 
 
@@ -55,7 +56,7 @@ def resample_weights(num_queries: int, num_replicates: int, seed: int = 0) -> np
     return (counts.reshape(b, q) / q).astype(np.float32)
 
 
-def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarray:
+def query_bootstrap(aps: ArrayLike, num_replicates: int = 1000, seed: int = 0) -> np.ndarray:
     """Returns bootstrap replicates of mean AP over resampled queries.
 
     Args:
@@ -67,13 +68,15 @@ def query_bootstrap(aps, num_replicates: int = 1000, seed: int = 0) -> np.ndarra
     Returns:
       [B] or [G, B] float64 replicates of mAP.
     """
-    aps = jnp.asarray(aps, jnp.float32)
-    weights = resample_weights(aps.shape[-1], num_replicates, seed)
-    out = _query_means(jnp.asarray(weights), aps)
+    values = jnp.asarray(aps, jnp.float32)
+    weights = resample_weights(values.shape[-1], num_replicates, seed)
+    out = _query_means(jnp.asarray(weights), values)
     return np.asarray(jax.device_get(out), np.float64)
 
 
-def sd_model(threshold_deviation, prior_deviation, settings: IntervalSettings) -> float:
+def sd_model(
+    threshold_deviation: float, prior_deviation: float, settings: IntervalSettings
+) -> float:
     """Returns the tail model's error as one sd: the two measured moves, scaled, in quadrature."""
     return float(
         np.hypot(
@@ -83,13 +86,15 @@ def sd_model(threshold_deviation, prior_deviation, settings: IntervalSettings) -
     )
 
 
-def in_range(lo, hi, low=0.0) -> tuple[float, float]:
+def in_range(lo: float, hi: float, low: float = 0.0) -> tuple[float, float]:
     """Returns (lo, hi) cut to [low, 1]: the range of mAP@k, or of a difference of two (low =
     -1); a normal widening can pass it."""
     return float(max(lo, low)), float(min(hi, 1.0))
 
 
-def widened(point: float, bounds, half_width: float, low: float = 0.0) -> tuple[float, float]:
+def widened(
+    point: float, bounds: tuple[float, float] | np.ndarray, half_width: float, low: float = 0.0
+) -> tuple[float, float]:
     """Returns `bounds` (lo, hi) around `point` with a normal term of `half_width` added in
     quadrature on each side, cut to [low, 1] (`in_range`): every interval's terms combine so."""
     lo, hi = bounds
@@ -180,7 +185,7 @@ def intervals(
     )
 
 
-def deviation(maps, points) -> np.ndarray:
+def deviation(maps: np.ndarray | None, points: ArrayLike) -> np.ndarray:
     """Returns [G] the largest distance of reruns' mAP@k `maps` [F, G] from `points` [G] (0 when
     `maps` is None): how far the prediction moves with the tail model."""
     points = np.asarray(points, np.float64)
@@ -229,7 +234,6 @@ def item_intervals(
     den = w @ drawn.T  # [I, B]; 0 where a draw holds none of an item's queries (then NaN)
     query_reps = np.where(den > 0, ((w * v) @ drawn.T) / np.where(den > 0, den, 1.0), np.nan)
     dev, dev_prior = deviation(reruns, points), deviation(priors, points)
-    listed = lambda a, i: None if a is None else tuple(float(x) for x in a[:, i])
     out = []
     for i, point in enumerate(points):
         nest = None if nested is None else (nested[0][i], nested[1][i])
@@ -246,5 +250,10 @@ def item_intervals(
             prior_deviation=dev_prior[i],
             sd_realized=real,
         )
-        out.append(unc._replace(threshold_maps=listed(reruns, i), prior_maps=listed(priors, i)))
+        out.append(unc._replace(threshold_maps=_listed(reruns, i), prior_maps=_listed(priors, i)))
     return out
+
+
+def _listed(values: np.ndarray | None, i: int) -> tuple[float, ...] | None:
+    """Returns item i's values under the reruns [F, I] (None stays None)."""
+    return None if values is None else tuple(float(x) for x in values[:, i])

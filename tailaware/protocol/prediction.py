@@ -54,12 +54,19 @@ def estimate(scores: SampledScores, settings: PredictSettings) -> Hardness:
     return estimators.estimate(scores, settings.estimator, settings.tail)
 
 
-def budget_check(subsamples, predictions, settings: PredictSettings, n_target: int, noise):
+def budget_check(
+    subsamples: Sequence[SampledScores],
+    predictions: Sequence[float],
+    settings: PredictSettings,
+    n_target: int,
+    noise: float,
+) -> tuple[Budget, dict[str, float]]:
     """Returns the sufficient-budget `Budget` and the curve-fit baselines {model: mAP@k at N}
     from nested sub-samples [S / 2^L, ..., S] of the sample and the estimator's mAP@k at N from
     each (`nested.nested_bootstrap`'s `extra`)."""
     verdict = budget.verdict([s.n_sample for s in subsamples], predictions, noise)
-    return verdict, baselines.extrapolate(subsamples, settings.k, n_target)
+    fits: dict[str, float] = baselines.extrapolate(subsamples, settings.k, n_target)
+    return verdict, fits
 
 
 def drift_check(settings: PredictSettings, n_target: int) -> Drift:
@@ -126,7 +133,9 @@ class Terms(NamedTuple):
         )
 
 
-def variants(hardness: Hardness, scores: SampledScores | None = None) -> tuple[list, Rows]:
+def variants(
+    hardness: Hardness, scores: SampledScores | None = None
+) -> tuple[list[evaluate.Variant], Rows]:
     """Returns the hardness variants of a prediction's pass and where their rows are: the
     estimate under each of its priors, its threshold reruns and, given the `scores`, the count
     and homogeneous baselines."""
@@ -232,7 +241,7 @@ def realized_items(
     return realization.mean_sd(var, spec.weights)
 
 
-def _log_interp(n, at, values) -> np.ndarray:
+def _log_interp(n: ArrayLike, at: ArrayLike, values: np.ndarray) -> np.ndarray:
     """Returns `values` [..., A] known at ascending sizes `at` [A], at sizes `n` [G] (linear in
     log N, constant beyond the ends)."""
     return np.apply_along_axis(lambda v: np.interp(np.log(n), np.log(at), v), -1, values)
@@ -362,9 +371,9 @@ def at_target(
     hardness: Hardness,
     n_target: float,
     *,
-    metric_list=None,
-    reps=None,
-) -> dict:
+    metric_list: Sequence[metrics.Metric] | None = None,
+    reps: nested.Nested | None = None,
+) -> dict[str, MetricPrediction]:
     """Returns label -> `MetricPrediction` at `n_target` alone (no curve) of an estimate with its
     reruns, each with its interval: the prediction's pass and intervals
     (`metric_predictions`) for studies that need only the target; `reps` the nested bootstrap at
@@ -638,10 +647,10 @@ def _budget(
         levels = int(settings.protocol.budget_levels)
         return budget.not_checked(levels, scores.n_sample, too_small), {}
     preds = [*sub_values[:, 0, 0], ap.value]
-    return budget_check(subs, preds, settings, n_target, _interval(ap).sd_query)
+    return budget_check(subs, preds, settings, n_target, predicted_interval(ap).sd_query)
 
 
-def _interval(m: MetricPrediction) -> Interval:
+def predicted_interval(m: MetricPrediction) -> Interval:
     """Returns `m`'s interval, which every predicted metric has (an exact evaluation has none)."""
     if m.interval is None:
         raise ValueError(f"{m.label}: a prediction without its interval")
@@ -677,7 +686,7 @@ def _diagnose(
     checked = _tail_check(scores, settings, hardness)
     summary, raised = diagnostics.summary(
         ap.value,
-        _interval(ap),
+        predicted_interval(ap),
         hardness,
         budget=verdict,
         drift=drift,
@@ -834,7 +843,7 @@ def exact(
     scores: SampledScores,
     k: int,
     n_target: int,
-    metric_list=(metrics.METRICS["map"],),
+    metric_list: Sequence[metrics.Metric] = (metrics.METRICS["map"],),
     report: ilias_report.ReportSpec | None = None,
 ) -> Prediction:
     """Returns the `Prediction` of an exact evaluation (every distractor scored): the official
@@ -858,7 +867,9 @@ def exact(
     )
 
 
-def distractor_sd(prediction: Prediction) -> tuple | None:
+def distractor_sd(
+    prediction: Prediction,
+) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...]] | None:
     """Returns (sizes [G], sds [M, G], k, metric names [M]) of a prediction's distractor-sample
     sd of each metric at the target and on its curve (ascending sizes; what a hardness artifact
     stores), or None without one (no nested bootstrap)."""

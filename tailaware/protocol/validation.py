@@ -315,7 +315,7 @@ def one_draw(
         n_sample=scores.n_sample,
         estimates=estimates,
         baselines=_draw_baselines(scores, truth_counts, n, k, seed),
-        interval=ap.interval,
+        interval=prediction.predicted_interval(ap),
         tail_counts=_tail_counts(scores, settings, point),
         calibration=calib,
         metrics=_metric_pairs(scores, truth_counts, k, others),
