@@ -25,7 +25,8 @@ lambda = 1 (the exact metric when A = B); a useless one, whose D noise matches o
 today's error, gives lambda ~ 0 (today's prediction). Why the metric level and this form:
 docs/estimators.md ("Correcting with a reference model's exact run"); the
 PPI form (the default, `ReferenceSettings.form`) instead takes lambda times today's known error
-on the reference, V_T^A - V_A, off V_T, lambda = Cov / Var of the joint replicates (PPI++).
+on the reference, V_T^A - V_A, off V_T, lambda = Cov / Var of the joint replicates (PPI++),
+shrunk to 0 where the replicates do not resolve that slope (`ppi_lambda`).
 V_T^A runs under B's empirical-Bayes prior (in each replicate, that replicate's): the prior is a
 grid choice that one sampled item can move, and where it moved for one model only, the two
 errors parted (docs/validation.md, "Correcting with a reference model's exact run").
@@ -36,7 +37,8 @@ sample, resample the same items without being joined: c_B and c_A move together,
 resampled with the same weights and the configured estimator rerun on it. Positives below
 either model's M-th stored score resample only their stored part (their rank is far past any
 k <= M N / S). The interval (fixed queries, lambda fixed) is the replicates' spread of the
-corrected value: for the PPI form about the point itself (`ppi_sd`), for the difference form
+corrected value: for the PPI form about the point itself (`ppi_sd`), with lambda times the
+discordances the sample did not draw in quadrature (`discordance_sd`); for the difference form
 about their mean.
 
 Shapes: Q queries, P positive slots, M stored scores, R replicates.
@@ -57,6 +59,10 @@ from tailaware.tail import dequantize, estimators
 # Poisson(1)'s CDF at 0..19 (the mass beyond, < 1e-18, folds into 19).
 _POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
 _Z90 = 1.6448536269514722
+# Positives ranked within this many times k by A give the discordance rate: deeper, in the bulk
+# of the scores, a flip per item above is rarer (docs/validation.md, "Discordance the sample
+# did not draw").
+_DISCORDANCE_DEPTH = 20
 FORMS = ("ppi", "difference")
 
 
@@ -94,7 +100,8 @@ class MetricCorrection(NamedTuple):
       difference: V_D, the difference estimator's metric (lambda = 1), bootstrap-bias-corrected.
       lam: lambda.
       sd: the joint bootstrap's sd of the corrected value (fixed queries); for the PPI form
-        its root mean squared error (`ppi_sd`).
+        its root mean squared error (`ppi_sd`) and lambda times `discordance_sd`, in
+        quadrature.
       ci90: value -/+ z sd, cut to [0, 1].
       sd_uncorrected, sd_difference: the replicates' sds of V_T and V_D.
       bias: V_T - V_D, today's estimated bias.
@@ -257,12 +264,25 @@ def choose_lambda(bias, var_t, var_d, cov) -> float:
 
 def ppi_lambda(t_b: np.ndarray, t_a: np.ndarray) -> float:
     """Returns PPI++'s lambda = Cov(V_T^B, V_T^A) / Var(V_T^A) over the joint replicates [R],
-    cut to [0, 1] (0 when A's replicates do not move): how much of today's error on A carries
-    over to B when the same sampled items move both (Angelopoulos et al. 2023, PPI++)."""
-    var = float(np.var(t_a, ddof=1))
-    if var <= 0.0:
+    cut to [0, 1] and shrunk by max(0, 1 - z^2 / t^2) (0 when A's replicates do not move).
+
+    Cov / Var is how much of today's error on A carries over to B when the same sampled items
+    move both (Angelopoulos et al. 2023, PPI++). t^2 = (R - 2) rho^2 / (1 - rho^2) is the
+    squared t statistic of that slope (rho the replicates' correlation) and z the interval's
+    90% quantile: a slope the replicates do not resolve at the interval's own level gives 0
+    (today's estimate), a well resolved one is left as it is (a positive-part shrinkage, as
+    James & Stein's, of one coefficient).
+    """
+    var_a, var_b = float(np.var(t_a, ddof=1)), float(np.var(t_b, ddof=1))
+    if var_a <= 0.0 or var_b <= 0.0:
         return 0.0
-    return float(np.clip(np.cov(t_b, t_a)[0, 1] / var, 0.0, 1.0))
+    cov = float(np.cov(t_b, t_a)[0, 1])
+    rho2 = min(cov**2 / (var_a * var_b), 1.0)
+    if rho2 >= 1.0:
+        return float(np.clip(cov / var_a, 0.0, 1.0))
+    t2 = (len(t_a) - 2) * rho2 / (1.0 - rho2)
+    shrink = max(1.0 - _Z90**2 / t2, 0.0) if t2 > 0.0 else 0.0
+    return float(np.clip(cov / var_a, 0.0, 1.0)) * shrink
 
 
 def ppi_sd(t_b: np.ndarray, t_a: np.ndarray, point_b: float, point_a: float, lam: float) -> float:
@@ -274,6 +294,52 @@ def ppi_sd(t_b: np.ndarray, t_a: np.ndarray, point_b: float, point_a: float, lam
     is the part of today's error that A does not share; it enters squared, as of unknown sign.
     """
     return float(np.sqrt(np.mean((t_b - lam * t_a - (point_b - lam * point_a)) ** 2)))
+
+
+def discordance_sd(target, reference, counts: ReferenceCounts, metric_list, k: int) -> np.ndarray:
+    """Returns [M] each metric's sd from the discordances that the sample did not draw.
+
+    An item is discordant for a positive when it is above the positive under one model and not
+    the other. Over the positives the sample pairs (each model's M-th stored score below the
+    positive) and ranked within `_DISCORDANCE_DEPTH` k by A, the sampled discordances per
+    sampled item above the positive, r = sum(c_B + c_A - 2 c_both) / sum((c_B + c_A) / 2),
+    estimate the gallery's rate; K_B - K_A then has variance about r (K_A + 1) per positive
+    (independent flips either way; + 1: the top positive's flips come from items below it).
+    Through each metric's slope in one count at A's exact counts,
+    h = V_q(K_A) - V_q(K_A + 1), the metric's variance is sum_q sum_p h^2 r (K_A + 1) / Q^2.
+    A near copy of B ranks the top alike but for a few items the sample rarely draws; the
+    bootstrap of the pair then barely moves, and this term is what its interval lacks.
+    """
+    mask = target.mask
+    c_b, c_a = _stored_above(target), _stored_above(reference)
+    paired = mask & (c_b == target.pos_counts) & (c_a == reference.pos_counts)
+    q, m = target.tail_scores.shape
+    # A's score of each of B's stored items (-inf where A did not store it: below A's M-th).
+    key_a = np.where(reference.tail_ids >= 0, reference.tail_ids, -1).astype(np.int64)
+    offset = (np.arange(q, dtype=np.int64) * (int(max(key_a.max(), 0)) + 2))[:, None]
+    flat_a, flat_b = (key_a + 1 + offset).ravel(), (target.tail_ids + 1 + offset).ravel()
+    order = np.argsort(flat_a, kind="stable")
+    at = np.minimum(np.searchsorted(flat_a, flat_b, sorter=order), flat_a.size - 1)
+    hit = (flat_a[order[at]] == flat_b) & (target.tail_ids.ravel() >= 0)
+    a_of_b = np.where(hit, reference.tail_scores.ravel()[order[at]], -np.inf).reshape(q, m)
+    pos_b = np.where(mask, target.pos_scores, np.inf)[:, :, None]
+    pos_a = np.where(mask, reference.pos_scores, np.inf)[:, :, None]
+    both = ((target.tail_scores[:, None, :] > pos_b) & (a_of_b[:, None, :] > pos_a)).sum(axis=2)
+    k_a = counts.counts[:, : mask.shape[1]]
+    near = paired & (k_a < _DISCORDANCE_DEPTH * k)
+    exposure = 0.5 * float((c_b + c_a)[near].sum())
+    if exposure <= 0.0:
+        return np.zeros(len(metric_list))
+    rate = float((c_b + c_a - 2 * both)[near].sum()) / exposure
+    exact_a = np.where(mask, k_a + reference.fixed_counts, -1)
+    base = _realized(metric_list, exact_a, mask, k)  # [M, Q]
+    var = np.zeros(len(metric_list))
+    for p in range(mask.shape[1]):
+        moved = exact_a.copy()
+        moved[:, p] = np.where(mask[:, p], moved[:, p] + 1, -1)
+        h = base - _realized(metric_list, moved, mask, k)
+        var += (h**2 * np.where(mask[:, p], rate * (k_a[:, p] + 1.0), 0.0)).sum(axis=1)
+    return np.sqrt(var) / q
 
 
 def correct(
@@ -323,6 +389,7 @@ def correct(
     ppi = ref_settings.form == "ppi"
     if ppi:  # today's estimator on A's sample under B's prior, so that its choice cancels
         v_ta = today(reference, settings, n, metric_list, prior_t)
+        unseen = discordance_sd(target, reference, counts, metric_list, k)
         spread_a = dequantize.spread_ties(reference.tail_scores, settings.tail.tie_share)
     rep_t, rep_d, rep_ta = [], [], []
     for r in range(ref_settings.replicates):
@@ -362,6 +429,7 @@ def correct(
             # Not cut per query: a cut at 0 or 1 would bias the mean (only the mean is cut).
             per_query = t_q - lam * error_q
             sd = ppi_sd(t_r, ta_r, float(t_q.mean()), float(v_ta[i].mean()), lam)
+            sd = float(np.hypot(sd, lam * unseen[i]))
         else:
             lam = choose_lambda(bias, cov[0, 0], cov[1, 1], cov[0, 1])
             per_query = np.clip(t_q + lam * (d_q - t_q), 0.0, 1.0)
