@@ -597,7 +597,7 @@ def threshold_reruns(
     def one(f: jax.Array) -> TailEstimate:
         return tail_hardness(c, settings, model, factor=f, width=width)
 
-    every = jax.vmap(one)(jnp.asarray(factors, c.tail.dtype))
+    every = jax.lax.map(one, jnp.asarray(factors, c.tail.dtype))
     main = jax.tree.map(lambda a: a[0], every)
     rest = jax.tree.map(lambda a: a[1:], every) if reruns else None
     return diag, main, rest
