@@ -240,10 +240,10 @@ def test_two_processes_merge_to_the_single_process_result(folder, tmp_path):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
     assert not (tmp_path / "multi" / "partials").exists()  # merged, then removed
-    a = np.load(tmp_path / "multi" / "sampled_scores.npz")
-    b = np.load(single / "sampled_scores.npz")
-    for key in b.files:
-        np.testing.assert_array_equal(a[key], b[key])
+    with np.load(tmp_path / "multi" / "sampled_scores.npz") as a:
+        with np.load(single / "sampled_scores.npz") as b:
+            for key in b.files:
+                np.testing.assert_array_equal(a[key], b[key])
     assert (tmp_path / "multi" / "prediction.json").read_text() == (
         single / "prediction.json"
     ).read_text()

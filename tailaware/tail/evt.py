@@ -584,10 +584,11 @@ def threshold_reruns(
     of a tail model without its own.
 
     With `reruns`, the estimate is also rerun with the excess count scaled by each of
-    `STABILITY_FACTORS`: `tail_hardness` runs once, vmapped over the factors (1,
+    `STABILITY_FACTORS`: `tail_hardness` is traced once and mapped over the factors (1,
     *STABILITY_FACTORS) in the widest factor's slots (padding changes no result), so the reruns
-    cost no compilation of their own. `share`: the model's own threshold keeps this share of
-    the default's excesses (`rerun_width`).
+    cost no compilation of their own; one after another (`lax.map`), not vmapped, so that the
+    program holds one factor's temporaries at a time. `share`: the model's own threshold keeps
+    this share of the default's excesses (`rerun_width`).
     """
     u, fit, _, refits = stability_fits(c.tail, settings.threshold_quantile)
     diag = tail_fit(u, fit, refits)
