@@ -1,7 +1,6 @@
 """Writing a prediction: its stages logged as it runs; the demo's figure split at S."""
 
 import logging
-import time
 
 import numpy as np
 
@@ -11,14 +10,6 @@ from tests.test_diagnostics import SETTINGS, sample
 
 def messages(caplog):
     return [r.getMessage() for r in caplog.records]
-
-
-def test_progress_logs_the_start_the_beats_and_the_end(caplog):
-    with caplog.at_level(logging.INFO), report.progress("stage X", "of Y", every_s=0.05):
-        time.sleep(0.4)
-    got = messages(caplog)
-    assert got[0] == "stage X of Y ..." and got[-1].startswith("stage X: done in")
-    assert any(m.startswith("stage X: ") and m.endswith("s so far") for m in got[1:-1])
 
 
 def test_report_logs_each_stage(tmp_path, caplog):

@@ -9,17 +9,16 @@ Shapes: `B` batch (a multiple of the local device count), `E` descriptor size.
 
 import collections
 import concurrent.futures
-import time
 from collections.abc import Callable, Iterable, Iterator
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tailaware.data import preprocess
+from tailaware.io.progress import Progress
 
 
 def compute_dtype(name: str = "auto") -> jnp.dtype:
@@ -112,7 +111,7 @@ class Embedder:
         out_ids.extend(ids)
         out_feats.append(y)
         if progress is not None:
-            progress.update(len(ids))
+            progress.update(items=len(ids))
 
     @property
     def dim(self) -> int:
@@ -133,42 +132,3 @@ def _bounded_map(fn: Callable, items: Iterable, workers: int, buffer: int) -> It
                 yield queue.popleft().result()
         while queue:
             yield queue.popleft().result()
-
-
-class Progress:
-    """Logs images/s and the ETA of the job (units left x mean seconds per unit so far)."""
-
-    def __init__(self, units_total: int, every_s: float = 30.0):
-        self.units_total, self.units_done, self.every_s = units_total, 0, every_s
-        self.start = self.last = time.monotonic()
-        self.images = 0
-        self.unit_seconds: list[float] = []
-        self.unit_start = self.start
-
-    def start_unit(self):
-        self.unit_start = time.monotonic()
-
-    def update(self, n: int):
-        self.images += n
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            logging.info("%d images, %.1f images/s", self.images, self.rate())
-
-    def end_unit(self, name: str):
-        now = time.monotonic()
-        self.unit_seconds.append(now - self.unit_start)
-        self.units_done += 1
-        left = self.units_total - self.units_done
-        eta = left * float(np.mean(self.unit_seconds))
-        logging.info(
-            "%s done (%d/%d units), %.1f images/s, ETA %.0f s",
-            name,
-            self.units_done,
-            self.units_total,
-            self.rate(),
-            eta,
-        )
-
-    def rate(self) -> float:
-        return self.images / max(time.monotonic() - self.start, 1e-9)

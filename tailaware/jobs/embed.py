@@ -25,6 +25,7 @@ from tailaware.core import sampling
 from tailaware.data import files, preprocess
 from tailaware.io import features
 from tailaware.io.errors import MissingInput
+from tailaware.io.progress import Progress
 from tailaware.jobs import config as config_lib
 
 # The backbones need the `embed` extra (flax, chex), which the base install leaves out.
@@ -155,12 +156,18 @@ def run(config, workdir: str) -> list[str]:
         return written
     module, variables, pre = build_model(config.model, ec)
     images = embedder.Embedder(module, variables, pre, ec.batch_size, workers=ec.workers)
-    progress = embedder.Progress(len(todo), every_s=ec.log_every_s)
-    for name, make_examples in todo:
-        progress.start_unit()
-        ids, feats = images.embed(make_examples(), progress)
-        path = os.path.join(workdir, name)
-        features.write_features(path, feats, ids)
-        written.append(path)
-        progress.end_unit(name)
+    with Progress(
+        "embedding",
+        f"{len(todo)} files",
+        total=len(todo),
+        unit="files",
+        items="images",
+        every_s=ec.log_every_s,
+    ) as progress:
+        for name, make_examples in todo:
+            ids, feats = images.embed(make_examples(), progress)
+            path = os.path.join(workdir, name)
+            features.write_features(path, feats, ids)
+            written.append(path)
+            progress.update(1, name=name)
     return written

@@ -1,22 +1,20 @@
 """Writing a prediction: prediction.json, its curve and the hardness artifact, atomically.
 
 `report` predicts from a sampled-scores file and writes the three files a predict or ILIAS job
-leaves in its workdir, logging each stage as it starts, every `PROGRESS_EVERY_S` seconds while it
-runs and when it ends (the nested bootstrap alone can take tens of seconds);
+leaves in its workdir, logging each stage as it starts, every few seconds while it runs and when
+it ends (`tailaware.io.progress`; the nested bootstrap alone can take tens of seconds);
 `write_prediction` writes one `Prediction` (from the scores, an artifact or an exact evaluation)
 and prints its table.
 """
 
-import contextlib
 import dataclasses
 import os
-import threading
-import time
 
 from absl import logging
 
 from tailaware.core.results import Prediction
 from tailaware.io import artifact, atomic
+from tailaware.io.progress import Progress
 from tailaware.io.scores import SampledScores
 from tailaware.protocol import census, ilias_report, plots, prediction, reference, schema
 from tailaware.protocol.settings import PredictSettings
@@ -39,30 +37,6 @@ def write_prediction(p: Prediction, workdir: str, curve: bool = True, correction
         plots.report_values(os.path.join(workdir, "ilias_report.png"), p.report, p.k)
     logging.info("wrote %s", path)
     return path
-
-
-PROGRESS_EVERY_S = 4.0  # a line at least every 5 s while a stage runs
-
-
-@contextlib.contextmanager
-def progress(stage: str, detail: str = "", every_s: float = PROGRESS_EVERY_S):
-    """Logs `stage` (with `detail`) when the block starts, then `stage` every `every_s` seconds
-    while it runs (from a thread, so the work itself is untouched) and when it ends."""
-    logging.info("%s ...", f"{stage} {detail}" if detail else stage)
-    t0, done = time.monotonic(), threading.Event()
-
-    def beat():
-        while not done.wait(every_s):
-            logging.info("%s: %.0f s so far", stage, time.monotonic() - t0)
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    logging.info("%s: done in %.1f s", stage, time.monotonic() - t0)
 
 
 def report(
@@ -97,7 +71,7 @@ def report(
         f"query bootstrap of {opts.query_replicates}, budget check on {opts.budget_levels} "
         "sub-samples"
     )
-    with progress("estimating and predicting", stages):
+    with Progress("estimating and predicting", stages):
         if scores.n_census:
             if ref is not None:
                 raise ValueError("a reference correction of a census design is not supported")
@@ -114,7 +88,7 @@ def report(
     artifact.save(os.path.join(workdir, "hardness.npz"), art)
     correction = None
     if ref is not None:
-        with progress("correcting with the reference", ref.counts_path):
+        with Progress("correcting with the reference", ref.counts_path):
             correction = (
                 reference.correct(scores, ref.scores, ref.counts, settings, ref.settings),
                 ref,

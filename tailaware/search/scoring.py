@@ -30,6 +30,7 @@ from absl import logging
 from tailaware.core import sampling
 from tailaware.io import atomic, errors
 from tailaware.io.ilias_folder import Shard
+from tailaware.io.progress import Progress
 from tailaware.search import topk
 from tailaware.search.backends import (  # noqa: F401 (re-exported: the engine's public names)
     BACKEND_FACTORIES,
@@ -123,27 +124,28 @@ def score_shards(
             floor = _pilot_floor(backend, shards, spec, pilot_rows)
         state = state._replace(floor=floor)
     backend.start(pos_scores, state)
-    progress = _Progress(sum(s.num_rows for s in todo))
-    last_write = time.monotonic()
-    try:
-        for shard, rows, blocks in _read_ahead(todo, spec, block_size):
-            for start, x in blocks:
-                backend.add(x, global_ids(shard.number, rows[start : start + x.shape[0]]))
-            n_sample += rows.size
-            done.append(shard.number)
-            progress.update(shard)
-            # Not after the last shard: a partial naming all the shards must be the final one.
-            last = shard is todo[-1]
-            if checkpoint and not last and time.monotonic() - last_write >= checkpoint_every_s:
-                # Continue from the canonical state, so a resumed run repeats exactly this path.
-                state = backend.state()
-                save_checkpoint(checkpoint, state, done, n_sample, spec)
-                backend.start(pos_scores, state)
-                last_write = time.monotonic()
-        state = backend.state()
-    except BaseException:
-        _abandon(backend)
-        raise
+    total = sum(s.num_rows for s in todo)
+    with Progress("scoring", f"{len(todo)} shards", total=total, unit="rows") as progress:
+        last_write = time.monotonic()
+        try:
+            for shard, rows, blocks in _read_ahead(todo, spec, block_size):
+                for start, x in blocks:
+                    backend.add(x, global_ids(shard.number, rows[start : start + x.shape[0]]))
+                n_sample += rows.size
+                done.append(shard.number)
+                progress.update(shard.num_rows, name=shard.name)
+                # Not after the last shard: a partial naming all the shards must be the final one.
+                last = shard is todo[-1]
+                if checkpoint and not last and time.monotonic() - last_write >= checkpoint_every_s:
+                    # Continue from the canonical state, so a resumed run repeats exactly this path.
+                    state = backend.state()
+                    save_checkpoint(checkpoint, state, done, n_sample, spec)
+                    backend.start(pos_scores, state)
+                    last_write = time.monotonic()
+            state = backend.state()
+        except BaseException:
+            _abandon(backend)
+            raise
     if not topk.exact_rows(state).all():
         state = _rescan(backend, state, shards, spec, block_size)
     state = TopState(state.vals, state.ids, state.counts)  # exact now: no floor
@@ -291,28 +293,6 @@ def _read_ahead(shards, spec, block_size) -> Iterator:
                     yield pending[0], pending[1].result()
 
             yield shard, rows, blocks()
-
-
-class _Progress:
-    """Logs rows per second and the ETA after each shard."""
-
-    def __init__(self, total_rows: int):
-        self.total, self.done, self.t0 = total_rows, 0, time.monotonic()
-
-    def update(self, shard: Shard) -> None:
-        self.done += shard.num_rows
-        elapsed = time.monotonic() - self.t0
-        rate = self.done / max(elapsed, 1e-9)
-        eta = (self.total - self.done) / max(rate, 1e-9)
-        logging.info(
-            "%s done: %d/%d rows (%.1f%%), %.0f rows/s, ETA %.0f s",
-            shard.name,
-            self.done,
-            self.total,
-            100.0 * self.done / max(self.total, 1),
-            rate,
-            eta,
-        )
 
 
 def merge_processes(partials, count, spec, state, *, n_sample, n_shards):
