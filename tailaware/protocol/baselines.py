@@ -12,7 +12,10 @@
 Shapes: Q queries, G measured sizes.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tailaware.core import metrics
 from tailaware.io.scores import SampledScores
@@ -32,7 +35,7 @@ def at_sample_map(scores: SampledScores, k: int) -> float:
     return float(at_sample_ap(scores, k).mean())
 
 
-def fit(sizes, values, model: str) -> tuple[float, float]:
+def fit(sizes: ArrayLike, values: ArrayLike, model: str) -> tuple[float, float]:
     """Returns the least-squares (a, b) of `model` through measured (size, mAP) points [G]."""
     logn = np.log(np.asarray(sizes, np.float64))
     v = np.asarray(values, np.float64)
@@ -45,7 +48,7 @@ def fit(sizes, values, model: str) -> tuple[float, float]:
     raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
 
 
-def evaluate(params: tuple[float, float], n, model: str) -> np.ndarray:
+def evaluate(params: tuple[float, float], n: ArrayLike, model: str) -> np.ndarray:
     """Returns the fitted curve at gallery sizes n (clipped to [0, 1])."""
     a, b = params
     n = np.asarray(n, np.float64)
@@ -55,10 +58,12 @@ def evaluate(params: tuple[float, float], n, model: str) -> np.ndarray:
         out = a - b * np.log(n)
     else:
         raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
-    return np.clip(out, 0.0, 1.0)
+    return np.asarray(np.clip(out, 0.0, 1.0))
 
 
-def extrapolate(subsamples, k: int, n_target) -> dict:
+def extrapolate(
+    subsamples: Sequence[SampledScores], k: int, n_target: ArrayLike
+) -> dict[str, np.ndarray]:
     """Returns {model: mAP@k at n_target} from the measured curve of nested sub-samples.
 
     Args:

@@ -20,6 +20,7 @@ probability p, which is a uniform sub-sample (binomial, not fixed size) of the u
 """
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
@@ -117,7 +118,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
     )
 
 
-def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0):
+def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0) -> list[SampledScores]:
     """Returns [S / 2^levels, ..., S / 2, S] nested sub-samples (each thins the next)."""
     rng = np.random.default_rng(seed)
     out = [scores]
@@ -126,7 +127,7 @@ def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0):
     return out[::-1]
 
 
-def verdict(sizes, predictions, noise: float) -> Budget:
+def verdict(sizes: Sequence[int], predictions: Sequence[float], noise: float) -> Budget:
     """Returns the sufficient-budget verdict from predictions at doubling sample sizes.
 
     Args:
@@ -221,7 +222,9 @@ def drift(block_aps: np.ndarray, alpha: float = 0.01) -> Drift:
     )
 
 
-def hash_membership(distractor_ids, fraction: float, seed: int = 0) -> dict:
+def hash_membership(
+    distractor_ids: np.ndarray, fraction: float, seed: int = 0
+) -> dict[str, object]:
     """Returns how many of a sample's ids its claimed id-hash rule (fraction, seed) selects.
 
     A genuine `sampling.in_sample` sample selects all of them; a curated list (mini-ILIAS)

@@ -23,6 +23,8 @@ margin the sample can resolve: the difference at which the 90% interval would ju
 i.e. z_0.95 times the difference's sd.
 """
 
+from typing import Any
+
 import numpy as np
 from scipy import stats
 
@@ -32,8 +34,8 @@ from tailaware.protocol.settings import IntervalSettings
 
 
 def paired(
-    aps_a,
-    aps_b,
+    aps_a: np.ndarray,
+    aps_b: np.ndarray,
     *,
     num_replicates: int = 1000,
     seed: int = 0,
@@ -43,7 +45,7 @@ def paired(
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
     sd_realized: float = 0.0,
-) -> dict:
+) -> dict[str, Any]:
     """Returns the paired comparison of systems A and B on the same queries.
 
     For these queries (`ci90`, `sd`, `p_a_beats_b`, `resolved`): the difference the two full
@@ -95,7 +97,19 @@ def paired(
     }
 
 
-def paired_deviation(a: MetricPrediction, b: MetricPrediction, field: str = "threshold_maps"):
+def _sd_distractor(m: MetricPrediction) -> float:
+    """Returns a prediction's distractor-sample sd (0 where it has no interval or no bootstrap)."""
+    return 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
+
+
+def _sd_realized(m: MetricPrediction) -> float:
+    """Returns a prediction's realized-value sd (0 where it has no interval)."""
+    return 0.0 if m.interval is None else float(m.interval.sd_realized)
+
+
+def paired_deviation(
+    a: MetricPrediction, b: MetricPrediction, field: str = "threshold_maps"
+) -> float:
     """Returns how far the difference A - B of one metric moves when both tails' thresholds (or
     priors) do.
 
@@ -155,8 +169,6 @@ def compare(
       ValueError: naming the field in which the two predictions disagree.
     """
     _check_pair(a, b)
-    sd = lambda m: 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
-    real = lambda m: 0.0 if m.interval is None else float(m.interval.sd_realized)
     ma, mb = a.metrics, b.metrics
     out = {}
     for label in (name for name in ma if name in mb):
@@ -167,12 +179,12 @@ def compare(
             y.per_query,
             num_replicates=num_replicates,
             seed=seed,
-            sd_distractor_a=sd(x),
-            sd_distractor_b=sd(y),
+            sd_distractor_a=_sd_distractor(x),
+            sd_distractor_b=_sd_distractor(y),
             deviation=dev,
             prior_deviation=dev_prior,
             settings=settings,
-            sd_realized=float(np.hypot(real(x), real(y))),
+            sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
         )
         out[label] = Paired(
             value_a=x.value,

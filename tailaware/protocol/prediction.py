@@ -65,8 +65,8 @@ def budget_check(
     from nested sub-samples [S / 2^L, ..., S] of the sample and the estimator's mAP@k at N from
     each (`nested.nested_bootstrap`'s `extra`)."""
     verdict = budget.verdict([s.n_sample for s in subsamples], predictions, noise)
-    fits: dict[str, float] = baselines.extrapolate(subsamples, settings.k, n_target)
-    return verdict, fits
+    fits = baselines.extrapolate(subsamples, settings.k, n_target)
+    return verdict, {model: float(v) for model, v in fits.items()}
 
 
 def drift_check(settings: PredictSettings, n_target: int) -> Drift:

@@ -20,7 +20,12 @@ from tailaware.protocol import census, ilias_report, plots, prediction, referenc
 from tailaware.protocol.settings import PredictSettings
 
 
-def write_prediction(p: Prediction, workdir: str, curve: bool = True, correction=None) -> str:
+def write_prediction(
+    p: Prediction,
+    workdir: str,
+    curve: bool = True,
+    correction: tuple[reference.Correction, reference.Inputs] | None = None,
+) -> str:
     """Writes `workdir/prediction.json` (and with `curve`, when the prediction has one, its plot
     `prediction_curve.png`; with an ILIAS report, its figure `ilias_report.png`), prints the
     table; returns the JSON's path. `correction`: a (`reference.Correction`,
@@ -45,7 +50,7 @@ def report(
     n_target: int,
     workdir: str,
     *,
-    metadata: dict | None = None,
+    metadata: dict[str, object] | None = None,
     queries: str | None = None,
     spec: ilias_report.ReportSpec | None = None,
     ref: reference.Inputs | None = None,
