@@ -85,11 +85,12 @@ class Progress:
         if self.total is None:
             return f"{seconds:.0f} s so far"
         share = 100.0 * self.done / max(self.total, 1)
-        parts = [f"{self.done}/{self.total} {self.unit} ({share:.1f}%)".replace("  ", " ")]
+        unit = f" {self.unit}" if self.unit else ""
+        parts = [f"{self.done}/{self.total}{unit} ({share:.1f}%)"]
         if self.items_name:
             parts.append(f"{self.items / seconds:.1f} {self.items_name}/s")
         else:
-            parts.append(f"{self.done / seconds:.1f} {self.unit}/s")
+            parts.append(f"{self.done / seconds:.1f}{unit}/s")
         if self.done:
             parts.append(f"ETA {(self.total - self.done) * seconds / self.done:.0f} s")
         return ", ".join(parts)

@@ -616,7 +616,9 @@ def _predict_metrics(
         realized=realized[0],
     )
     predicted = None
-    if report is not None and evaluated.in_views is not None:  # the pass has views with a report
+    if report is not None:
+        if evaluated.in_views is None:
+            raise ValueError("a report to predict from a pass without its views")
         predicted = predicted_report(
             report,
             evaluated.in_views,
