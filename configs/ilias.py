@@ -42,10 +42,16 @@ def get_config(arg=None):
     c.reference = ""
     c.reference_scores = ""
     c.reference_replicates = 50  # joint bootstrap replicates, each reruns the estimator once
-    # Proxies: other models' similarity files (official layout, comma-separated) plan a census
-    # of the items they rank high, the rest sampled uniformly; sample_fraction stays the total
-    # embedded share (docs/estimators.md, "Census").
+    # Proxies: other models' similarity files (official layout) or ILIAS-format feature folders
+    # (any dimension; each query's top lists found by an exact search with the run's backend,
+    # block_size and matmul_dtype), comma-separated, plan a census of the items they rank high,
+    # the rest sampled uniformly; sample_fraction stays the total embedded share
+    # (docs/estimators.md, "Census"; docs/outputs.md, "Similarity files (proxies)").
     c.proxy = ""
     c.census_share = 0.5  # the share of the budget the census may take (the depth rule)
     c.census_depth = 0  # a fixed census depth (0: the deepest the share allows)
+    # A feature folder proxy's list depth k per query, the deepest the census can go: the rule
+    # needs about census_share x sample_fraction x N / Q when the queries' lists are disjoint
+    # (deeper when they overlap). 1000: the official similarity files' k.
+    c.proxy_depth = 1000
     return c

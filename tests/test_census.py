@@ -1,7 +1,8 @@
 """A census design: similarity files, the census plan, the pooled estimator and the ILIAS job.
 
 References are independent of the code under test: brute-force counts over every item, the
-census and sample rebuilt from the id hash, and the official pickle layout written by hand.
+census and sample rebuilt from the id hash, the official pickle layout written by hand, and a
+proxy feature folder's lists ranked by brute force.
 """
 
 import json
@@ -17,6 +18,7 @@ from tailaware.io import errors, features, similarity
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import ilias, predict
 from tailaware.protocol import census
+from tailaware.search import proxy
 from tailaware.tail import estimators
 from tailaware.tail.settings import TailSettings
 from tests.test_ilias import SHARDS, config, make_folder
@@ -262,10 +264,163 @@ def test_ilias_job_rejects_a_proxy_of_other_queries(tmp_path):
 
 def test_proxy_flags_are_checked(tmp_path):
     folder = make_folder(str(tmp_path / "f"))
-    proxy, *_ = _proxy_file(folder, tmp_path / "proxy.pkl", k=5)
-    exact_run = config(folder, sample_fraction=1.0, proxy=proxy)
+    path, *_ = _proxy_file(folder, tmp_path / "proxy.pkl", k=5)
+    exact_run = config(folder, sample_fraction=1.0, proxy=path)
     with pytest.raises(errors.InputError, match="--config.proxy: expected a sampled run"):
         ilias.run(exact_run, str(tmp_path / "w0"))
-    short = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=proxy, census_depth=8)
+    short = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=path, census_depth=8)
     with pytest.raises(errors.InputError, match="proxy.pkl: field 'ranks': lists of k = 5"):
         ilias.run(short, str(tmp_path / "w1"))
+    sampled = dict(top_m=20, sample_fraction=0.2, k=10)
+    missing = config(folder, proxy=str(tmp_path / "nowhere"), **sampled)
+    with pytest.raises(errors.MissingInput, match="nowhere: no such file; expected .* or an ILIAS"):
+        ilias.run(missing, str(tmp_path / "w2"))
+    shallow = config(folder, proxy=folder, proxy_depth=5, census_depth=8, **sampled)
+    with pytest.raises(
+        errors.InputError, match=r"^--config.proxy_depth: expected at least --config.census_depth"
+    ):
+        ilias.run(shallow, str(tmp_path / "w3"))
+    with pytest.raises(errors.InputError, match=r"^--config.proxy_depth: expected a list depth"):
+        ilias.run(config(folder, proxy=folder, proxy_depth=0, **sampled), str(tmp_path / "w4"))
+
+
+# ---------------------------------------------------------------------------------------------
+# A proxy given as another model's feature folder: searched exactly, then planned as a file is.
+
+PROXY_DIM = 64  # the proxy model's dimension, not the target's
+
+
+def _proxy_folder(folder, path, seed=3, flips=12):
+    """Writes a second embedding of `folder` as an ILIAS-format folder of PROXY_DIM dims: each
+    row's entries (+-1/4) tiled four times at +-1/8 with `flips` signs flipped at random, so
+    every row is a unit vector, every score exact in float16 and float32, and ties common."""
+    rng = np.random.default_rng(seed)
+    distractors = [features.distractor_name(s) for s in range(SHARDS)]
+    for name in (features.IMAGE_QUERIES, features.POSITIVES, *distractors):
+        x, ids = features.read_features(os.path.join(folder, name))
+        y = np.tile(x.astype(np.float32), 4) / 2
+        for row in y:
+            flip = rng.choice(PROXY_DIM, flips, replace=False)
+            row[flip] = -row[flip]
+        features.write_features(os.path.join(path, name), y, ids)
+    return str(path)
+
+
+def _brute_lists(path, k):
+    """Returns (query_ids, db_ids, sims [Q, k], ranks [Q, k]): the official pickle's fields of
+    each query's top-k over the folder's positives and distractors, by brute force. Order: score
+    descending, then the query's own positives, other positives, distractors, each in file
+    order (the tie rule of docs/outputs.md); -1 and NaN past the end of the database."""
+    q, qids = features.read_features(os.path.join(path, features.IMAGE_QUERIES))
+    p, pids = features.read_features(os.path.join(path, features.POSITIVES))
+    xs, dids = [p], list(pids)
+    s = 0
+    while os.path.exists(os.path.join(path, features.distractor_name(s))):
+        x, ids = features.read_features(os.path.join(path, features.distractor_name(s)))
+        xs.append(x)
+        dids += ids
+        s += 1
+    db = np.concatenate(xs).astype(np.float32)
+    sims = q.astype(np.float32) @ db.T
+    n = len(dids)
+    is_positive = np.arange(n) < len(pids)
+    instance = np.asarray([d.split("/")[0] for d in dids])
+    ranks = np.full((len(qids), k), -1, np.int64)
+    top = np.full((len(qids), k), np.nan, np.float32)
+    for i, qid in enumerate(qids):
+        own = is_positive & (instance == qid.split("/")[0])
+        group = np.where(own, 0, np.where(is_positive, 1, 2))
+        order = np.lexsort((np.arange(n), group, -sims[i]))[:k]
+        ranks[i, : order.size], top[i, : order.size] = order, sims[i, order]
+    return qids, dids, top, ranks
+
+
+def _named(db_ids, ranks):
+    """Returns [Q, k] the ids a list names ("" past its end)."""
+    return np.where(ranks >= 0, np.asarray(db_ids)[np.maximum(ranks, 0)], "")
+
+
+@pytest.mark.parametrize("backend, depth", [("host", 40), ("jax", 40), ("host", 700)])
+def test_folder_proxy_lists_equal_brute_force(tmp_path, backend, depth):
+    folder = make_folder(str(tmp_path / "f"))
+    other = _proxy_folder(folder, tmp_path / "proxy")
+    qids, dids, sims, ranks = _brute_lists(other, depth)
+    _, pids = features.read_features(os.path.join(folder, features.POSITIVES))
+    search = proxy.FolderSearch(depth=depth, backend=backend, block_size=64)
+    top = proxy.read(
+        other,
+        search,
+        query_ids=np.asarray(qids),
+        positive_ids=np.asarray(pids),
+        distractor_ids=np.asarray(dids[len(pids) :]),
+    )
+    assert top.source == other and top.depth == depth
+    np.testing.assert_array_equal(top.query_ids, qids)
+    np.testing.assert_array_equal(_named(top.db_ids, top.ranks), _named(dids, ranks))
+    np.testing.assert_array_equal(top.sims, sims)  # exact scores: equal, NaN past the end
+    assert (np.diff(sims, axis=1) == 0).any()  # ties occur: the tie rule is tested
+    assert (ranks < 0).any() == (depth > len(dids))  # 700 > 618 items: the lists end early
+
+
+def test_a_folder_proxy_in_another_shard_layout_gives_the_same_lists(tmp_path):
+    folder = make_folder(str(tmp_path / "f"))
+    other = _proxy_folder(folder, tmp_path / "proxy")
+    files = [os.path.join(other, features.distractor_name(s)) for s in range(SHARDS)]
+    parts = [features.read_features(f) for f in files]
+    x, ids = np.concatenate([x for x, _ in parts]), [i for _, part in parts for i in part]
+    for f in files:
+        os.remove(f)
+    half = len(ids) // 2  # two shards in the same order: the same file order, other files
+    features.write_features(os.path.join(other, features.distractor_name(0)), x[:half], ids[:half])
+    features.write_features(os.path.join(other, features.distractor_name(1)), x[half:], ids[half:])
+    qids, dids, sims, ranks = _brute_lists(other, 40)
+    _, pids = features.read_features(os.path.join(folder, features.POSITIVES))
+    top = proxy.read(
+        other,
+        proxy.FolderSearch(depth=40, block_size=64),
+        query_ids=np.asarray(qids),
+        positive_ids=np.asarray(pids),
+        distractor_ids=np.asarray(sorted(ids, reverse=True)),  # the run's, in another order
+    )
+    np.testing.assert_array_equal(_named(top.db_ids, top.ranks), _named(dids, ranks))
+    np.testing.assert_array_equal(top.sims, sims)
+
+
+def test_ilias_job_with_a_folder_proxy_equals_its_pickle(tmp_path):
+    folder = make_folder(str(tmp_path / "f"))
+    other = _proxy_folder(folder, tmp_path / "proxy")
+    pkl = _official(tmp_path / "proxy.pkl", *_brute_lists(other, 40))
+    runs = {}
+    for name, path in (("folder", other), ("file", pkl)):
+        c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=path, proxy_depth=40, seed=2)
+        ilias.run(c, str(tmp_path / name))
+        with np.load(tmp_path / name / "design.npz") as rec:
+            census_ids, depth = rec["census_ids"], int(rec["depth"])
+        with open(tmp_path / name / "prediction.json") as f:
+            runs[name] = (census_ids, depth, json.load(f))
+    (ids, depth, pred), (file_ids, file_depth, file_pred) = runs["folder"], runs["file"]
+    assert 0 < depth == file_depth and ids.size > 0
+    np.testing.assert_array_equal(ids, file_ids)
+    for key in ("n_target", "n_sample", "metrics", "baselines"):
+        assert pred[key] == file_pred[key], key
+
+
+@pytest.mark.parametrize(
+    "name, field",
+    [
+        (features.IMAGE_QUERIES, "query_ids"),
+        (features.POSITIVES, "positive_ids"),
+        (features.distractor_name(SHARDS - 1), "distractor_ids"),
+    ],
+)
+def test_a_folder_proxy_of_other_ids_is_refused_naming_it(tmp_path, name, field):
+    folder = make_folder(str(tmp_path / "f"))
+    other = _proxy_folder(folder, tmp_path / "other")
+    x, ids = features.read_features(os.path.join(other, name))
+    features.write_features(os.path.join(other, name), x, [*ids[:-1], "i000/elsewhere.jpg"])
+    c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=other, proxy_depth=40)
+    with pytest.raises(errors.InputError) as raised:
+        ilias.run(c, str(tmp_path / "w"))
+    message = str(raised.value)
+    assert message.startswith(f"{other}: field '{field}': lacks the run's {ids[-1]!r}"), message
+    assert "\n" not in message

@@ -65,7 +65,7 @@ class TopLists(NamedTuple):
       db_ids: [n] str, the database items the lists name.
       ranks: [Q, k] int64 indices into `db_ids`, best first; -1 past the end of a list.
       sims: [Q, k] float32 scores, NaN past the end of a list.
-      source: the file, for messages.
+      source: the file (or the feature folder they were searched in), for messages.
     """
 
     query_ids: np.ndarray
@@ -97,10 +97,17 @@ def read(path: str | os.PathLike) -> TopLists:
         raise errors.InputError(f"{src}: not a readable similarity pickle ({e})") from None
     if not isinstance(obj, dict):
         raise errors.InputError(f"{src}: expected a dict with query_ids, db_ids, sims, ranks")
-    return _from_fields(obj, src)
+    return from_fields(obj, src)
 
 
-def _from_fields(obj: dict, src: str) -> TopLists:
+def from_fields(obj: dict, src: str) -> TopLists:
+    """Returns the checked `TopLists` of the pickle layout's fields (`obj`, the dict of the
+    module docstring, e.g. `tailaware.search.exact.ranked_lists`'s), named `src` in errors.
+
+    Raises:
+      InputError: one line naming `src` and the field.
+    """
+
     def fail(field: str, msg: str) -> None:
         raise errors.field_error(src, field, msg)
 
@@ -172,7 +179,7 @@ def _from_json(src: str) -> TopLists:
         ranks[i, : len(r)] = [j for j, _ in r]
         sims[i, : len(r)] = [s for _, s in r]
     fields = {"query_ids": qids, "db_ids": list(db), "ranks": ranks, "sims": sims}
-    return _from_fields(fields, src)
+    return from_fields(fields, src)
 
 
 def align(
@@ -182,8 +189,8 @@ def align(
     of `known_ids`, e.g. a positive, which is always in the database), rows in `query_ids` order.
 
     Raises:
-      InputError: naming the file, when its queries are not exactly `query_ids` or it names an
-        id that is neither in `gallery_ids` nor in `known_ids`.
+      InputError: naming the file (`lists.source`), when its queries are not exactly `query_ids`
+        or it names an id that is neither in `gallery_ids` nor in `known_ids`.
     """
     query_ids = np.asarray(query_ids).astype(str)
     order = np.argsort(lists.query_ids)

@@ -234,25 +234,35 @@ def check_ilias(config, queries, backends) -> PredictSettings:
     return settings
 
 
+# What `--config.proxy` names, for messages.
+PROXY = "a similarity file (.pkl or .json, the official layout) or an ILIAS-format feature folder"
+
+
 def proxy_paths(config) -> list[str]:
-    """Returns `config.proxy`'s similarity files (comma-separated), in order."""
+    """Returns `config.proxy`'s similarity files and feature folders (comma-separated), in order."""
     return [p.strip() for p in str(config.get("proxy", "")).split(",") if p.strip()]
 
 
 def check_proxy(config) -> None:
-    """Checks the census flags: the proxies exist, a sampled run, the depth rule's inputs."""
+    """Checks the census flags: the proxies exist, a sampled run, the depth rule's inputs and,
+    for a feature folder, its list depth."""
     paths = proxy_paths(config)
     if not paths:
         return
     if float(config.sample_fraction) >= 1.0:
         raise fail("proxy", "a sampled run (sample_fraction < 1); an exact run needs no census")
     for path in paths:
-        existing_file("proxy", path, "a similarity file (.pkl or .json, the official layout)")
+        if not os.path.isdir(path):
+            existing_file("proxy", path, PROXY)
     share, depth = census_options(config)
     if not 0.0 <= share < 1.0:
         raise fail("census_share", "a share of the budget in [0, 1)", share)
     if depth < 0:
         raise fail("census_depth", "a rank >= 1, or 0 for the rule", depth)
+    if any(os.path.isdir(p) for p in paths):
+        k = check(config, "proxy_depth", at_least(1), "a list depth >= 1")
+        if depth > k:
+            raise fail("proxy_depth", f"at least --config.census_depth = {depth}", k)
 
 
 def census_options(config) -> tuple[float, int]:

@@ -26,7 +26,7 @@ from tailaware.io import atomic, features, ilias_folder, reference_counts
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import config as config_lib
 from tailaware.protocol import budget, ilias_report, prediction, report
-from tailaware.search import census, exact, scoring
+from tailaware.search import census, exact, proxy, scoring
 
 
 def run(config, workdir: str) -> Prediction | None:
@@ -68,6 +68,13 @@ def run(config, workdir: str) -> Prediction | None:
             seed=int(config.seed),
             census_share=config_lib.census_options(config)[0],
             depth=config_lib.census_options(config)[1],
+            search=proxy.FolderSearch(  # a folder proxy: searched as the run's own search
+                queries=ilias_folder.QUERY_FILES[config.queries],
+                depth=int(config.get("proxy_depth", proxy.FolderSearch.depth)),
+                backend=config.backend,
+                block_size=config.block_size,
+                matmul_dtype=config.matmul_dtype,
+            ),
         )
         fraction, fingerprint = plan.design.inclusion, f"+census:{plan.digest}"
         logging.info(

@@ -1,10 +1,11 @@
 """A census design on an ILIAS-format folder: the proxies' census scored, the rest split off.
 
 The ILIAS job with proxies (`--config.proxy`) plans a census (`tailaware.core.design`) from
-the proxies' top lists (`tailaware.io.similarity`), searches the hash sample at the rest's rate
-pi over the whole folder with room for the census items it draws (`Plan.extra`), scores the
-census exactly (`score`), and splits the search into the sampled stratum (census items
-removed, their counts subtracted) and the uniform sample of the whole gallery (`split`).
+the proxies' top lists (similarity files, or feature folders searched: `tailaware.search.proxy`),
+searches the hash sample at the rest's rate pi over the whole folder with room for the census
+items it draws (`Plan.extra`), scores the census exactly (`score`), and splits the search into
+the sampled stratum (census items removed, their counts subtracted) and the uniform sample of
+the whole gallery (`split`).
 
 Shapes: Q queries, P positive slots, M kept scores, C census items, N distractors.
 """
@@ -20,6 +21,7 @@ from tailaware.core import design, sampling
 from tailaware.io import atomic, errors, similarity
 from tailaware.io.ilias_folder import Shard
 from tailaware.io.scores import count_above
+from tailaware.search import proxy
 from tailaware.search.backends import global_ids, split_ids
 from tailaware.search.topk import TopState
 
@@ -63,12 +65,15 @@ def plan(
     seed: int,
     census_share: float,
     depth: int = 0,
+    search: proxy.FolderSearch | None = None,
 ) -> Plan:
-    """Returns the census design of `fraction` of the distractors from the similarity files.
+    """Returns the census design of `fraction` of the distractors from the proxies `paths`:
+    similarity files, or feature folders searched as `search` says (`proxy.read`; default
+    `proxy.FolderSearch()`).
 
     Raises:
-      InputError: naming a proxy file that is malformed, of other queries or ids, or shorter
-        than a fixed `depth`.
+      InputError: naming a proxy file or folder that is malformed, of other queries or ids, or
+        shorter than a fixed `depth`.
     """
     shards = sorted(shards, key=lambda s: s.number)
     names = [np.asarray(s.read_ids()).astype(str) for s in shards]
@@ -78,7 +83,13 @@ def plan(
     )
     lists = []
     for path in paths:
-        top = similarity.read(path)
+        top = proxy.read(
+            path,
+            search or proxy.FolderSearch(),
+            query_ids=query_ids,
+            positive_ids=positive_ids,
+            distractor_ids=gallery,
+        )
         if depth and top.depth < depth:
             raise errors.field_error(
                 path, "ranks", f"lists of k = {top.depth}; the census depth {depth} needs k >= it"

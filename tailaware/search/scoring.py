@@ -96,6 +96,7 @@ def score_shards(
     checkpoint_every_s: float = 0.0,
     pilot_rows: int = PILOT_ROWS,
     floor: np.ndarray | None = None,
+    stage: str = "scoring",
 ) -> tuple[TopState, int]:
     """Streams `shards` through `backend`; returns the sorted state and the sample size S.
 
@@ -105,7 +106,8 @@ def score_shards(
 
     With `checkpoint`, the state is written there atomically after a shard (at most every
     `checkpoint_every_s` seconds, always the exact final state), and a run that finds a
-    checkpoint of the same spec resumes after the shards it names.
+    checkpoint of the same spec resumes after the shards it names. `stage` starts each progress
+    line (`Progress`), e.g. to tell a proxy's search from the run's.
     """
     shards = sorted(shards, key=lambda s: s.number)
     state = topk.empty_state(pos_scores.shape[0], spec.m, pos_scores.shape[1])
@@ -125,7 +127,7 @@ def score_shards(
         state = state._replace(floor=floor)
     backend.start(pos_scores, state)
     total = sum(s.num_rows for s in todo)
-    with Progress("scoring", f"{len(todo)} shards", total=total, unit="rows") as progress:
+    with Progress(stage, f"{len(todo)} shards", total=total, unit="rows") as progress:
         last_write = time.monotonic()
         try:
             for shard, rows, blocks in _read_ahead(todo, spec, block_size):
