@@ -88,6 +88,7 @@ def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
         "sd_distractor": unc.sd_distractor,
         "sd_model": unc.sd_model,
         "sd_realized": unc.sd_realized,
+        "sd_subsample": unc.sd_subsample,
         "sd_counts": float(realization.mean_sd(spread.counts[0])),
         "sd_posterior": float(realization.mean_sd(spread.total[0])),
         "last_change": None if budget is None else budget.last_change,
@@ -107,7 +108,8 @@ def sd_subsamples(r: dict) -> float:
 # Candidate intervals for these queries: the prediction +- 1.645 x the quadrature sum of its
 # terms (sds), cut to [0, 1], as `intervals.intervals` builds them. "+counts" is `ci90` as
 # reported (the realized counts' noise, `core.realization`); "+posterior" draws the atoms too;
-# "+sub" adds the sub-samples' sampling sd to it.
+# "+sub" adds the sub-samples' sampling sd to it (`ci90` since it became `Interval.sd_subsample`);
+# "max" takes the larger of the distractor and the sub-samples' sds instead of both.
 CANDIDATES = (
     ("dist+model", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"]]),
     ("+counts", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"]]),
@@ -115,6 +117,10 @@ CANDIDATES = (
     (
         "+sub",
         lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"], sd_subsamples(r)],
+    ),
+    (
+        "max",
+        lambda r: [max(r["sd_distractor"] or 0.0, sd_subsamples(r)), r["sd_model"], r["sd_counts"]],
     ),
 )
 

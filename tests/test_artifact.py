@@ -155,6 +155,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     # The distractor sds of the target and the 25-point curve (N = 1e7 is one of its points), of
     # each metric.
     assert art.rerun_atoms.shape[:3] == (2, *art.x.shape) and art.distractor_sd.shape == (2, 25)
+    assert art.subsample_sd.shape == (2, 25) and (art.subsample_sd > 0).all()
     assert art.distractor_metrics == ("map", "recall")
     assert art.prior_weights.shape == (2, *art.weights.shape)
 
@@ -162,7 +163,14 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     # the same per-query AP, the reruns' mAP, the distractor sd it stored.
     got = schema.prediction_json(from_artifact.predict(art, settings, n, "hardness.npz"))
     np.testing.assert_allclose(got["per_query_ap"], want["per_query_ap"], atol=1e-7)
-    fields = ("sd_query", "sd_distractor", "threshold_deviation", "prior_deviation", "sd_realized")
+    fields = (
+        "sd_query",
+        "sd_distractor",
+        "threshold_deviation",
+        "prior_deviation",
+        "sd_realized",
+        "sd_subsample",
+    )
     for field in fields:
         assert got["uncertainty"][field] == pytest.approx(want["uncertainty"][field], abs=1e-7)
     np.testing.assert_allclose(got["ci90"], want["ci90"], atol=1e-6)
@@ -175,7 +183,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         np.testing.assert_allclose(mine["curve"]["ci90"], entry["curve"]["ci90"], atol=1e-6)
 
     # Elsewhere: the sd between two stored sizes is between theirs; the interval for these
-    # queries is normal with it, the model term and the realized-value term in quadrature, and
+    # queries is normal with it, the model, realized-value and sub-samples' terms in quadrature, and
     # the one over queries like these widens that by the query interval in quadrature
     # (`intervals`).
     _, maps, (typed,) = _at(art, [3e8], 1000)
@@ -187,7 +195,10 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     q_lo, q_hi = unc["ci90_query"]
     z = 1.6448536269514722
     assert unc["sd_realized"] > 0
-    sd = np.sqrt(unc["sd_distractor"] ** 2 + unc["sd_model"] ** 2 + unc["sd_realized"] ** 2)
+    lo_sub, hi_sub = sorted(art.subsample_sd[0, i - 1 : i + 1])
+    assert lo_sub <= unc["sd_subsample"] <= hi_sub
+    terms = ("sd_distractor", "sd_model", "sd_realized", "sd_subsample")
+    sd = np.sqrt(sum(unc[t] ** 2 for t in terms))
     these_hi = min(point + z * sd, 1.0)
     assert unc["ci90"][1] == pytest.approx(these_hi, abs=1e-9)
     expect_hi = point + np.hypot(these_hi - point, q_hi - point)

@@ -44,6 +44,31 @@ def test_nested_subsamples_are_nested(bench):
         assert (a.pos_counts <= b.pos_counts).all()
 
 
+def test_subsample_sd_is_the_rule_written_out():
+    # var(S) ~ mean_i(move_i^2 / 2^i), move_0 the last halving (S / 2 -> S); over any trailing axes.
+    rng = np.random.default_rng(12)
+    preds = rng.normal(0.3, 0.01, (4, 3, 2))  # [L + 1, G, M]
+    want = np.zeros((3, 2))
+    for g in range(3):
+        for m in range(2):
+            p = preds[:, g, m]
+            moves = [p[3] - p[2], p[2] - p[1], p[1] - p[0]]
+            want[g, m] = np.sqrt(np.mean([d * d / 2.0**i for i, d in enumerate(moves)]))
+    np.testing.assert_allclose(budget.subsample_sd(preds), want, rtol=1e-12)
+    np.testing.assert_array_equal(budget.subsample_sd(preds[:1]), np.zeros((3, 2)))
+
+
+def test_subsample_sd_reads_the_sampling_sd_of_a_mean():
+    # An estimator of known sampling sd, the mean of S unit normals (sd 1 / sqrt(S)), on nested
+    # halvings S / 8 .. S: the rule's variance averages to 1 / S (an unbiased read).
+    rng = np.random.default_rng(13)
+    s, reads = 4096, []
+    for _ in range(2000):
+        x = rng.standard_normal(s)
+        reads.append(budget.subsample_sd(np.array([x[: s >> i].mean() for i in (3, 2, 1, 0)])))
+    assert np.mean(np.square(reads)) * s == pytest.approx(1.0, abs=0.05)
+
+
 def test_verdict():
     ok = budget.verdict([1, 2, 4, 8], [0.60, 0.55, 0.53, 0.525], noise=0.01)
     assert ok.converged and ok.needed_sample is None

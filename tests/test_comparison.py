@@ -171,7 +171,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
     sd_r = [p["uncertainty"]["sd_realized"] for p in preds]
-    assert min(sd_r) > 0
+    sd_s = [p["uncertainty"]["sd_subsample"] for p in preds]
+    assert min(sd_r) > 0 and min(sd_s) > 0
     factors = IntervalSettings()
     these = np.sqrt(
         sd_d[0] ** 2
@@ -180,6 +181,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
         + (factors.prior_sd * out["prior_deviation"]) ** 2
         + sd_r[0] ** 2
         + sd_r[1] ** 2
+        + sd_s[0] ** 2
+        + sd_s[1] ** 2
     )
     assert out["sd"] == pytest.approx(these, rel=1e-9)  # for these queries: no query term
     assert out["sd_queries"] == pytest.approx(np.hypot(these, sd_pairs), rel=0.1)

@@ -17,7 +17,9 @@ Q = 120
 def _core_map(sc, name, settings):
     """mAP@100 at 1e7 of the estimator's traced definition on the file's fixed-shape inputs, as
     the budget check evaluates it (`nested.nested_bootstrap`'s `extra`, every atom kept)."""
-    return nested.nested_bootstrap(sc, name, settings, 100, [1e7], 0, extra=(sc,))[1][0, 0, 0]
+    return nested.nested_bootstrap(sc, name, settings, 100, [1e7], 0, extra=(sc,))[1].values[
+        0, 0, 0
+    ]
 
 
 def _core_aps(sc, name, settings):

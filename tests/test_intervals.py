@@ -130,6 +130,23 @@ def test_intervals_add_the_realized_term_for_these_queries():
     )
 
 
+def test_intervals_add_the_subsample_term_beside_the_realized_one():
+    # The sub-samples' sd joins the model and realized terms in quadrature for these queries.
+    rng = np.random.default_rng(11)
+    q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
+    nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
+    kw = dict(nested=nested, deviation=0.02, sd_realized=0.03)
+    plain = intervals.intervals(0.5, q_reps, SETTINGS, **kw)
+    out = intervals.intervals(0.5, q_reps, SETTINGS, **kw, sd_subsample=0.04)
+    assert out.sd_subsample == 0.04 and plain.sd_subsample == 0.0
+    assert out.ci90.query == plain.ci90.query and out.ci90.distractor == plain.ci90.distractor
+    (lo, hi), (slo, shi) = out.ci90.reported, out.ci90.distractor
+    extra = 1.6449 * np.sqrt(out.sd_model**2 + 0.03**2 + 0.04**2)
+    assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, extra), rel=1e-4)
+    assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, extra), rel=1e-4)
+    assert out.ci90.queries[0] < lo and hi < out.ci90.queries[1]
+
+
 def test_intervals_stay_inside_the_range_of_the_metric():
     # Near mAP 1 (and 0) a normal widening passes the end of the range; intervals are cut there.
     rng = np.random.default_rng(9)

@@ -168,6 +168,9 @@ class Interval(NamedTuple):
       sd_realized: the sd of the realized value around the law's expectation on these queries
         (`tailaware.core.realization`): in the interval for these queries; 0 when not measured
         (and in a file written before it was).
+      sd_subsample: the prediction's moves between the budget check's nested sub-samples,
+        read as the sampling sd at S (`tailaware.protocol.budget.subsample_sd`): in the interval
+        for these queries; 0 when not measured (and in a file written before it was).
     """
 
     method: str
@@ -182,6 +185,7 @@ class Interval(NamedTuple):
     threshold_maps: tuple[float, ...] | None = None
     prior_maps: tuple[float, ...] | None = None
     sd_realized: float = 0.0
+    sd_subsample: float = 0.0
 
 
 class Curve(NamedTuple):
@@ -193,6 +197,7 @@ class Curve(NamedTuple):
       ci90: [G] reported 90% intervals (lo, hi), for these queries (`Bounds.reported`).
       sd_distractor: [G] the distractor sample's sd at each size, or None (no nested bootstrap).
       ci90_queries: [G] the 90% intervals over queries like these (`Bounds.queries`), or None.
+      sd_subsample: [G] the sub-samples' sd at each size (`Interval.sd_subsample`), or None.
     """
 
     n: tuple[float, ...]
@@ -200,6 +205,7 @@ class Curve(NamedTuple):
     ci90: tuple[tuple[float, float], ...]
     sd_distractor: tuple[float, ...] | None = None
     ci90_queries: tuple[tuple[float, float], ...] | None = None
+    sd_subsample: tuple[float, ...] | None = None
 
 
 class MetricPrediction(NamedTuple):

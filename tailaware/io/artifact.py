@@ -31,10 +31,14 @@ that system's metric at any gallery size in closed form (paper Sec. 6). One `.np
   the nested bootstrap's distractor-sample sd of each metric@k (at k = `distractor_k`) at the
   gallery sizes `distractor_n` (ascending), as the predict job measured it: the interval's
   distractor term at that k, interpolated in log N (held constant beyond the ends).
+- `subsample_sd` float64, optional (with the distractor fields, of `distractor_sd`'s shape):
+  the sd the budget check's nested sub-samples imply for each metric at each of those sizes
+  (`tailaware.protocol.budget.subsample_sd`): the interval's sub-samples' term.
 
 Predictions from an artifact (`tailaware.protocol.from_artifact`; the predict job with
 `--config.artifact`) carry the reported interval of a prediction from the scores: the query
-bootstrap, widened by the stored distractor sd, the reruns' threshold term and the prior term;
+bootstrap, widened by the stored distractor sd, the reruns' threshold term, the prior term and
+the sub-samples' term;
 a term whose fields are absent is left out (and said so).
 
 Loading validates every field like the sampled-scores reader and names the file, the field and
@@ -56,6 +60,7 @@ from tailaware.io.scores import SampledScores, check_ids
 REQUIRED = ("x", "mask", "tail_priced", "fixed_counts", "n_sample", "estimator", "metadata")
 _SD_FIELDS = ("distractor_n", "distractor_sd", "distractor_k")
 _SD_METRICS = "distractor_metrics"
+_SUB_SD = "subsample_sd"
 OPTIONAL: tuple[str, ...] = (
     "query_ids",
     "pos_counts",
@@ -64,7 +69,7 @@ OPTIONAL: tuple[str, ...] = (
     "rerun_atoms",
     "rerun_weights",
 )
-OPTIONAL += ("prior_weights", *_SD_FIELDS, _SD_METRICS)
+OPTIONAL += ("prior_weights", *_SD_FIELDS, _SD_METRICS, _SUB_SD)
 # The fit fields of `TailFit` (the rest are optional): `fit_<name>` comes all or none.
 _FIT_REQUIRED = tuple(f for f in TailFit._fields if f not in TailFit._field_defaults)
 
@@ -92,6 +97,7 @@ class HardnessArtifact:
     distractor_sd: np.ndarray | None = None
     distractor_k: int | None = None
     distractor_metrics: tuple[str, ...] = ("map",)
+    subsample_sd: np.ndarray | None = None
 
     @property
     def hardness(self) -> Hardness:
@@ -141,13 +147,15 @@ def from_hardness(
     estimator: str,
     metadata: dict | None = None,
     distractor_sd: tuple | None = None,
+    subsample_sd: np.ndarray | None = None,
 ) -> HardnessArtifact:
     """Returns the artifact of an estimate on `scores`, with its tail fits' diagnostics.
 
     Its reruns (`hardness.reruns`) are kept; `distractor_sd` is (sizes [G], sds [M, G], k,
     metric names [M]) (or (sizes, sds [G], k): mAP@k), the nested bootstrap's distractor-sample
     sds of each metric@k at those gallery sizes
-    (`tailaware.protocol.prediction.distractor_sd`), or None.
+    (`tailaware.protocol.prediction.distractor_sd`), or None; `subsample_sd` the sub-samples'
+    sds at the same sizes, of the same shape, or None.
     """
     fit = {} if hardness.fit is None else dict(hardness.fit.items())
     sd_names = () if distractor_sd is None else (*distractor_sd[3:], ("map",))[0]
@@ -189,6 +197,11 @@ def from_hardness(
                     _SD_METRICS: np.asarray(sd_names),
                 }
             ),
+            **(
+                {}
+                if subsample_sd is None or distractor_sd is None
+                else {_SUB_SD: np.asarray(subsample_sd, np.float64).reshape(len(sd_names), -1)}
+            ),
         },
         "<arrays>",
     )
@@ -216,6 +229,8 @@ def save(path: str | os.PathLike, art: HardnessArtifact) -> None:
             arrays.update({name: np.asarray(getattr(art, name)) for name in group})
     if art.distractor_n is not None:
         arrays[_SD_METRICS] = np.asarray(art.distractor_metrics)
+    if art.subsample_sd is not None:
+        arrays[_SUB_SD] = np.asarray(art.subsample_sd)
     atomic.write_npz(path, **arrays)
 
 
@@ -303,6 +318,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
     )
     prior_weights = _validate_prior(fields.get("prior_weights"), weights, fail)
     distractor_n, distractor_sd, distractor_k, sd_metrics = _validate_sd(fields, fail)
+    subsample_sd = _validate_subsample(fields.get(_SUB_SD), distractor_sd, fail)
     pos_counts = fields.get("pos_counts")
     if pos_counts is not None:
         if pos_counts.dtype.kind != "i" or pos_counts.shape != x.shape:
@@ -330,6 +346,7 @@ def _validate(fields: dict, src: str) -> HardnessArtifact:
         distractor_sd=distractor_sd,
         distractor_metrics=sd_metrics,
         distractor_k=distractor_k,
+        subsample_sd=subsample_sd,
     )
 
 
@@ -372,6 +389,22 @@ def _validate_prior(prior, weights, fail):
     if not np.allclose(prior.sum(axis=-1), 1.0, atol=1e-6):
         fail("prior_weights", "each query's weights must sum to 1")
     return prior.astype(np.float64)
+
+
+def _validate_subsample(sub, distractor_sd, fail):
+    """Returns `subsample_sd` [M, G] (the shape of the validated `distractor_sd`) or None."""
+    if sub is None:
+        return None
+    if distractor_sd is None:
+        fail(_SUB_SD, f"without {', '.join(_SD_FIELDS)}")
+    if sub.dtype.kind != "f" or sub.size != distractor_sd.size:
+        want = list(distractor_sd.shape)
+        fail(
+            _SUB_SD, f"expected float of distractor_sd's shape {want}, got {sub.dtype} {sub.shape}"
+        )
+    if not np.isfinite(sub).all() or (sub < 0).any():
+        fail(_SUB_SD, "sds must be finite and >= 0")
+    return sub.astype(np.float64).reshape(distractor_sd.shape)
 
 
 def _validate_sd(fields, fail):

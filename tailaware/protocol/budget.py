@@ -15,6 +15,11 @@ A sample that is uniform *within* itself but not of the pool (a curated list suc
 mini-ILIAS) looks consistent across its own blocks: only the ids can reveal it
 (`hash_membership`).
 
+The same moves give the interval a term (`subsample_sd`): a halving from S' to S'/2 moves the
+prediction by its sampling noise at S'/2 (variance about 2 var(S') - var(S') = var(S') for
+nested samples, var(S') ~ 2^i var(S) for the i-th halving from the top) plus the drift of
+the tail's extrapolation with the sample size, which no resampling of one sample sees.
+
 Sub-samples are made by thinning: each sampled distractor is kept independently with
 probability p, which is a uniform sub-sample (binomial, not fixed size) of the uniform sample.
 """
@@ -125,6 +130,18 @@ def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0) -> 
     for _ in range(levels):
         out.append(thin(out[-1], 0.5, rng))
     return out[::-1]
+
+
+def subsample_sd(predictions: np.ndarray) -> np.ndarray:
+    """Returns [...] the sampling sd at S that predictions [L + 1, ...] from nested sub-samples
+    S / 2^L, ..., S / 2, S (the last the sample itself) imply: var(S) ~ mean_i(move_i^2 / 2^i)
+    over the L moves, the i-th halving from the top; zeros when L = 0. The same rule chose on
+    dev (docs/validation.md, "The sub-samples' term (issue #41)")."""
+    moves = np.diff(np.asarray(predictions, np.float64), axis=0)[::-1]
+    if not moves.shape[0]:
+        return np.zeros(moves.shape[1:])
+    scale = (2.0 ** np.arange(moves.shape[0])).reshape((-1,) + (1,) * (moves.ndim - 1))
+    return np.asarray(np.sqrt(np.mean(moves**2 / scale, axis=0)), np.float64)
 
 
 def verdict(sizes: Sequence[int], predictions: Sequence[float], noise: float) -> Budget:

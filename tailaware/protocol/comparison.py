@@ -4,13 +4,14 @@ Two questions, as for one system (`intervals`). For these queries, the differenc
 evaluations would print is uncertain through the systems' distractor samples (nested bootstrap
 sds, independent of each other), their realized counts around the law's expectation
 (`Interval.sd_realized`, taken as independent: two systems scoring the same distractors may
-move together, and the sum then overstates it) and the tail models (`paired_deviation`: how
-far A - B moves when both estimates are rerun at other tail thresholds, and under other priors
-on the tail shape, scaled as a single system's model term, `intervals.sd_model`); all in
-quadrature. Over queries like these, the comparison is paired (paper App. C, ranking
-resolution): the bootstrap resamples queries once per replicate and takes the mean difference
-of the two systems on the same resample, which cancels the between-query variance both share,
-and the terms above widen its interval.
+move together, and the sum then overstates it), their sub-samples' terms
+(`Interval.sd_subsample`, likewise taken as independent) and the tail models
+(`paired_deviation`: how far A - B moves when both estimates are rerun at other tail
+thresholds, and under other priors on the tail shape, scaled as a single system's model term,
+`intervals.sd_model`); all in quadrature. Over queries like these, the comparison is paired
+(paper App. C, ranking resolution): the bootstrap resamples queries once per replicate and
+takes the mean difference of the two systems on the same resample, which cancels the
+between-query variance both share, and the terms above widen its interval.
 
 A system corrected by a reference model's exact run (`reference`) is compared with that reference
 by `against_reference`: the reference's value is exact, so the difference's only uncertainty for
@@ -45,6 +46,7 @@ def paired(
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
     sd_realized: float = 0.0,
+    sd_subsample: float = 0.0,
 ) -> dict[str, Any]:
     """Returns the paired comparison of systems A and B on the same queries.
 
@@ -65,6 +67,8 @@ def paired(
       settings: the model terms' factors (as in a single system's interval).
       sd_realized: the sd of the realized difference around its expectation (both systems'
         realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
+      sd_subsample: both systems' sub-samples' sds in quadrature (`Interval.sd_subsample`); 0
+        where not measured.
 
     Returns:
       {"difference", "sd", "sd_queries", "ci90", "ci95", "ci90_queries", "ci95_queries",
@@ -78,7 +82,8 @@ def paired(
     point = float(diff.mean())
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
     sd_m = intervals.sd_model(deviation, prior_deviation, settings)
-    sd = float(np.sqrt(sd_distractor_a**2 + sd_distractor_b**2 + sd_m**2 + sd_realized**2))
+    terms = (sd_distractor_a, sd_distractor_b, sd_m, sd_realized, sd_subsample)
+    sd = float(np.sqrt(np.sum(np.square(terms))))
     bounds: dict[str, tuple[float, float]] = {}
     for level in intervals.LEVELS:
         z = float(stats.norm.ppf(0.5 + level / 2.0))
@@ -105,6 +110,11 @@ def _sd_distractor(m: MetricPrediction) -> float:
 def _sd_realized(m: MetricPrediction) -> float:
     """Returns a prediction's realized-value sd (0 where it has no interval)."""
     return 0.0 if m.interval is None else float(m.interval.sd_realized)
+
+
+def _sd_subsample(m: MetricPrediction) -> float:
+    """Returns a prediction's sub-samples' sd (0 where it has no interval)."""
+    return 0.0 if m.interval is None else float(m.interval.sd_subsample)
 
 
 def paired_deviation(
@@ -185,6 +195,7 @@ def compare(
             prior_deviation=dev_prior,
             settings=settings,
             sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
+            sd_subsample=float(np.hypot(_sd_subsample(x), _sd_subsample(y))),
         )
         out[label] = Paired(
             value_a=x.value,

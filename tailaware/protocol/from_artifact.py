@@ -24,20 +24,36 @@ from tailaware.tail import estimators
 
 
 def distractor_sd_at(
-    art: HardnessArtifact, sizes: ArrayLike, k: int, names: Sequence[str] = ("map",)
+    art: HardnessArtifact,
+    sizes: ArrayLike,
+    k: int,
+    names: Sequence[str] = ("map",),
+    *,
+    subsample: bool = False,
 ) -> np.ndarray:
-    """Returns the stored distractor-sample sd [M, G] of each metric `names` [M] at `sizes` [G]
-    (interpolated in log N, constant beyond the stored range); NaN where the artifact has none
-    for that metric at this k."""
+    """Returns the stored distractor-sample sd [M, G] (the sub-samples' with `subsample`) of each
+    metric `names` [M] at `sizes` [G] (interpolated in log N, constant beyond the stored range);
+    NaN where the artifact has none for that metric at this k."""
     log_n = np.log(np.asarray(sizes, np.float64))
     out = np.full((len(names), log_n.size), np.nan)
-    if art.distractor_n is None or art.distractor_sd is None or art.distractor_k != int(k):
+    stored = art.subsample_sd if subsample else art.distractor_sd
+    if art.distractor_n is None or stored is None or art.distractor_k != int(k):
         return out
     for m, name in enumerate(names):
         if name in art.distractor_metrics:
-            stored = art.distractor_sd[art.distractor_metrics.index(name)]
-            out[m] = np.interp(log_n, np.log(art.distractor_n), stored)
+            row = stored[art.distractor_metrics.index(name)]
+            out[m] = np.interp(log_n, np.log(art.distractor_n), row)
     return out
+
+
+def _subsample_at(
+    art: HardnessArtifact, sizes: ArrayLike, k: int, names: Sequence[str] = ("map",)
+) -> np.ndarray | None:
+    """Returns the stored sub-samples' sd [M, G] (0 for a metric it lacks), or None without."""
+    if art.subsample_sd is None:
+        return None
+    got = distractor_sd_at(art, sizes, k, names, subsample=True)
+    return np.where(np.isnan(got), 0.0, got)
 
 
 def at_sizes(
@@ -45,8 +61,8 @@ def at_sizes(
 ) -> tuple[np.ndarray, list[Interval]]:
     """Returns (per-query AP@k [G, Q], the reported `Interval` at each size) at `sizes` [G].
 
-    The interval is the query bootstrap widened by the stored distractor sd and the reruns'
-    threshold and prior terms, where the artifact has them.
+    The interval is the query bootstrap widened by the stored distractor sd, the reruns'
+    threshold and prior terms and the sub-samples' term, where the artifact has them.
     """
     sizes = np.atleast_1d(np.asarray(sizes, np.float64))
     k = settings.k
@@ -57,10 +73,17 @@ def at_sizes(
     bands = prediction.combined_intervals(
         values[0, :, 0],
         settings,
-        rows.terms(means, _realized_each(art, sizes, settings)),
+        rows.terms(
+            means, _realized_each(art, sizes, settings), _first(_subsample_at(art, sizes, k))
+        ),
         sd_distractor=distractor_sd_at(art, sizes, k)[0],
     )
     return values[0, :, 0], bands
+
+
+def _first(sd: np.ndarray | None) -> np.ndarray | None:
+    """Returns the first metric's row [G] of `sd` [M, G], or None."""
+    return None if sd is None else sd[0]
 
 
 def _realized_each(
@@ -92,6 +115,8 @@ def _missing_terms(art: HardnessArtifact, sd: np.ndarray) -> list[str]:
         missing.append("threshold")
     if art.weights is not None and art.prior_weights is None:
         missing.append("prior")
+    if art.distractor_sd is not None and art.subsample_sd is None:
+        missing.append("sub-sample")
     return missing
 
 
@@ -114,8 +139,16 @@ def predict(
     realized = prediction.realized_sd(
         art.hardness, art, sizes, k=k, metric_list=metric_list, opts=settings.protocol
     )
+    names = tuple(m.name for m in metric_list)
     out = prediction.metric_predictions(
-        values, rows, metric_list, settings, grid, sd=sd, realized=realized
+        values,
+        rows,
+        metric_list,
+        settings,
+        grid,
+        sd=sd,
+        realized=realized,
+        subsample=_subsample_at(art, sizes, k, names),
     )
     missing = _missing_terms(art, sd)
     lacks = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + "".join(missing[-1:])

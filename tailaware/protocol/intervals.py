@@ -112,6 +112,7 @@ def intervals(
     sd_distractor: float | None = None,
     prior_deviation: float = 0.0,
     sd_realized: float = 0.0,
+    sd_subsample: float = 0.0,
 ) -> Interval:
     """Returns the reported `Interval` at one gallery size: two intervals per level.
 
@@ -120,8 +121,10 @@ def intervals(
     of its nested replicates' sd, or of a stored `sd_distractor`), the tail model and the
     realized counts. The tail model's term, a normal error of sd `sd_model(deviation,
     prior_deviation)`, and the counts' own noise around the law's expectation (`sd_realized`,
-    shrinking as 1 / sqrt(queries): `core.realization`) are added to it in quadrature on each
-    side. Over queries like these (`Bounds.queries`): that interval widened on each side, in
+    shrinking as 1 / sqrt(queries): `core.realization`) and the prediction's moves between
+    nested sub-samples of the sample (`sd_subsample`: sampling noise and the extrapolation's
+    drift with S, which the resampled replicates do not see) are added to it in quadrature on
+    each side. Over queries like these (`Bounds.queries`): that interval widened on each side, in
     quadrature, by the query bootstrap's percentile interval (independent sources; the 1000
     cheap query replicates keep their own tails), so it always contains the first.
     `Bounds.sampling` (the query interval widened by the distractor sd) is kept as a part. Every
@@ -142,6 +145,7 @@ def intervals(
         without a tail posterior.
       sd_realized: the sd of the realized value around the law's expectation on these queries
         (`core.realization.mean_sd`); 0 when not measured.
+      sd_subsample: the sub-samples' sd (`budget.subsample_sd`); 0 when not measured.
     """
     widen = nested is not None or sd_distractor is not None
     sd_q = float(np.std(query_reps, ddof=1))
@@ -165,7 +169,8 @@ def intervals(
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         sampling = in_range(lo, hi)
-        these = widened(point, distractor or (point, point), z * float(np.hypot(sd_m, sd_realized)))
+        extra = float(np.sqrt(sd_m**2 + sd_realized**2 + sd_subsample**2))
+        these = widened(point, distractor or (point, point), z * extra)
         like = in_range(
             point - np.hypot(point - these[0], point - query[0]),
             point + np.hypot(these[1] - point, query[1] - point),
@@ -182,6 +187,7 @@ def intervals(
         ci90=bounds[0],
         ci95=bounds[1],
         sd_realized=float(sd_realized),
+        sd_subsample=float(sd_subsample),
     )
 
 
@@ -204,6 +210,7 @@ def item_intervals(
     nested: tuple[np.ndarray, np.ndarray] | None = None,
     sd_distractor: np.ndarray | None = None,
     sd_realized: np.ndarray | None = None,
+    sd_subsample: np.ndarray | None = None,
 ) -> list[Interval]:
     """Returns the `Interval` of each reported item: a weighted mean of per-query values.
 
@@ -223,6 +230,7 @@ def item_intervals(
       sd_distractor: [I] the distractor replicates' sds where only they are known (NaN: none),
         or None; ignored for an item with `nested` replicates.
       sd_realized: [I] the sd of each item's realized value around its expectation, or None.
+      sd_subsample: [I] each item's sub-samples' sd (`budget.subsample_sd`), or None.
 
     Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' values (half, twice
     the excesses; flatter, steeper prior), which a comparison pairs across two systems.
@@ -240,6 +248,7 @@ def item_intervals(
         sd = None if sd_distractor is None or np.isnan(sd_distractor[i]) else sd_distractor[i]
         reps = query_reps[i][np.isfinite(query_reps[i])]  # a draw without the item's queries
         real = 0.0 if sd_realized is None else float(sd_realized[i])
+        sub = 0.0 if sd_subsample is None else float(sd_subsample[i])
         unc = intervals(
             float(point),
             reps,
@@ -249,6 +258,7 @@ def item_intervals(
             sd_distractor=sd,
             prior_deviation=dev_prior[i],
             sd_realized=real,
+            sd_subsample=sub,
         )
         out.append(unc._replace(threshold_maps=_listed(reruns, i), prior_maps=_listed(priors, i)))
     return out

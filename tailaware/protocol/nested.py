@@ -72,6 +72,18 @@ class Nested(NamedTuple):
         return np.std(self.distractor[:, m], axis=-1, ddof=1)
 
 
+class Extra(NamedTuple):
+    """The estimator on the `extra` samples of `nested_bootstrap`, as they are (no resampling).
+
+    Attributes:
+      values: [E, G, M] each metric over all queries at each gallery size.
+      items: [E, I] the `Items`' values at the first size; None without items.
+    """
+
+    values: np.ndarray
+    items: np.ndarray | None = None
+
+
 def poisson_one(key, shape):
     """Returns Poisson(1) draws by inverting the CDF (much faster on CPU than rejection)."""
     u = jax.random.uniform(key, shape)
@@ -243,9 +255,9 @@ def nested_bootstrap(
     batch_size: int = 1,
     max_share: float = buckets.MAX_SHARE,
     threads: int = 2,
-) -> tuple[Nested, np.ndarray]:
+) -> tuple[Nested, Extra]:
     """Returns (nested-bootstrap replicates of every metric@k at each gallery size, the
-    estimator's metrics on each of the `extra` samples [len(extra), G, M]).
+    estimator's metrics and items on each of the `extra` samples, `Extra`).
 
     Every replicate resamples each query's distractor sample (Poisson weights), reruns the
     estimator and evaluates the law (`evaluate.traced_values`); it also draws a resample of
@@ -313,4 +325,5 @@ def nested_bootstrap(
     got = [np.concatenate(p) for p in zip(*done, strict=True)]
     got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in got]
     reps = Nested(np.asarray(sizes, np.float64), *(a[..., :b] for a in got))
-    return reps, np.moveaxis(got[0][..., b:total], -1, 0)
+    on_extra = [np.moveaxis(a[..., b:total], -1, 0) for a in got]
+    return reps, Extra(on_extra[0], on_extra[2] if items is not None else None)

@@ -109,10 +109,16 @@ class Rows(NamedTuple):
     reruns: slice  # the threshold reruns
     baselines: slice  # the count and homogeneous baselines (empty from an artifact)
 
-    def terms(self, values: np.ndarray, realized: np.ndarray | None = None) -> "Terms":
+    def terms(
+        self,
+        values: np.ndarray,
+        realized: np.ndarray | None = None,
+        subsample: np.ndarray | None = None,
+    ) -> "Terms":
         """Returns the interval `Terms` of items whose values under each weighting are `values`
-        [W, I] (rows as these), with their realized-value sds `realized` [I] or None."""
-        return Terms(_terms(values[self.reruns]), _terms(values[self.priors]), realized)
+        [W, I] (rows as these), with their realized-value sds `realized` [I] and sub-samples'
+        sds `subsample` [I], each or None."""
+        return Terms(_terms(values[self.reruns]), _terms(values[self.priors]), realized, subsample)
 
 
 class Terms(NamedTuple):
@@ -122,14 +128,16 @@ class Terms(NamedTuple):
     reruns: np.ndarray | None  # [F, I] the items' values under the threshold reruns
     priors: np.ndarray | None  # [T, I] under the other priors on the tail shape
     realized: np.ndarray | None  # [I] the sd of each realized value around its expectation
+    subsample: np.ndarray | None = None  # [I] the sub-samples' sd (`budget.subsample_sd`)
 
     def cut(self, part: slice) -> "Terms":
         """Returns the terms of the items `part` alone."""
-        reruns, priors, realized = self
+        reruns, priors, realized, subsample = self
         return Terms(
             None if reruns is None else reruns[:, part],
             None if priors is None else priors[:, part],
             None if realized is None else realized[part],
+            None if subsample is None else subsample[part],
         )
 
 
@@ -283,6 +291,7 @@ def combined_intervals(
         nested=nested,
         sd_distractor=sd_distractor,
         sd_realized=terms.realized,
+        sd_subsample=terms.subsample,
     )
 
 
@@ -296,6 +305,7 @@ def metric_predictions(
     reps: nested.Nested | None = None,
     sd: np.ndarray | None = None,
     realized: np.ndarray | None = None,
+    subsample: np.ndarray | None = None,
 ) -> dict[str, MetricPrediction]:
     """Returns label -> `MetricPrediction` of every metric from a prediction's pass.
 
@@ -310,19 +320,25 @@ def metric_predictions(
         ignored with `reps`.
       realized: [M, G] the sd of each metric's realized value around its expectation
         (`realized_sd`), or None.
+      subsample: [M, G] each metric's sub-samples' sd (`subsample_sds`), or None.
     """
     means = values.mean(axis=-1)  # [W, G, M]
     out = {}
     for m, metric in enumerate(metric_list):
         per_query = values[0, :, m, :]  # [G, Q]
-        terms = rows.terms(means[:, :, m], None if realized is None else realized[m])
+        terms = rows.terms(
+            means[:, :, m],
+            None if realized is None else realized[m],
+            None if subsample is None else subsample[m],
+        )
         if reps is None:
             sd_m = None if sd is None else sd[m]
             uncs = combined_intervals(per_query, settings, terms, sd_distractor=sd_m)
             sd_curve = None if sd_m is None else sd_m[1:]
         else:
             uncs, sd_curve = _nested_intervals(per_query, settings, terms, reps, m, grid)
-        curve = _curve(grid, means[0, 1:, m], uncs[1:], sd_curve) if len(grid) else None
+        sub_curve = None if subsample is None else subsample[m, 1:]
+        curve = _curve(grid, means[0, 1:, m], uncs[1:], sd_curve, sub_curve) if len(grid) else None
         got = MetricPrediction.of(metric, settings.k, means[0, 0, m], per_query[0], uncs[0], curve)
         out[got.label] = got
     return out
@@ -350,10 +366,15 @@ def _nested_intervals(
 
 
 def _curve(
-    grid: np.ndarray, values: np.ndarray, uncs: list[Interval], sd_distractor: np.ndarray | None
+    grid: np.ndarray,
+    values: np.ndarray,
+    uncs: list[Interval],
+    sd_distractor: np.ndarray | None,
+    sd_subsample: np.ndarray | None = None,
 ) -> Curve:
     """Returns a metric's `Curve`: its `values` [G] and intervals `uncs` at the sizes `grid` [G],
-    with the distractor sd [G] where it is known at every size."""
+    with the distractor sd [G] where it is known at every size and the sub-samples' sd [G] or
+    None."""
     if sd_distractor is not None and np.isnan(sd_distractor).any():
         sd_distractor = None
     return Curve(
@@ -362,6 +383,7 @@ def _curve(
         ci90=tuple(u.ci90.reported for u in uncs),
         sd_distractor=None if sd_distractor is None else tuple(sd_distractor.tolist()),
         ci90_queries=tuple(_over_queries(u) for u in uncs),
+        sd_subsample=None if sd_subsample is None else tuple(sd_subsample.tolist()),
     )
 
 
@@ -446,12 +468,18 @@ def estimate_and_predict(
         )
         # The realized counts' draws need only the estimate: they run beside the bootstrap.
         realized = _realized(scores, settings, hardness, evaluated, report=report)
-        reps, sub_values = (None, np.zeros((0, 1, 1))) if job is None else job.result()
+        reps, extra = (None, None) if job is None else job.result()
     reps = reps if int(settings.protocol.nested_replicates) else None
     out, predicted = _predict_metrics(
-        settings, evaluated, reps=reps, realized=realized, report=report
+        settings,
+        evaluated,
+        reps=reps,
+        realized=realized,
+        subsample=subsample_sds(evaluated, extra, report),
+        report=report,
     )
     ap = out[metric_list[0].label(settings.k)]
+    sub_values = np.zeros((0, 1, 1)) if extra is None else extra.values
     verdict, fits = _budget(
         scores, settings, n_target, ap=ap, subs=subs, sub_values=sub_values, too_small=too_small
     )
@@ -495,6 +523,32 @@ def _subsamples(
     return tuple(subs), ""
 
 
+def subsample_sds(
+    evaluated: "_Pass", extra: nested.Extra | None, report: ilias_report.ReportSpec | None
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Returns (the sub-samples' sd [M, G] of each metric at the pass's sizes, of each item [I]
+    of the `report`), each None where not measured: `budget.subsample_sd` of the estimator on
+    the budget check's sub-samples (`extra`) and on the sample (the pass), at the target and
+    the `NESTED_ANCHORS` curve sizes, interpolated in log N in between as the distractor sd is.
+    """
+    if extra is None or not extra.values.shape[0]:
+        return None, None
+    sizes, means = evaluated.sizes, evaluated.values[0].mean(axis=-1)  # [G], [G, M]
+    anchors = np.geomspace(*CURVE_RANGE, NESTED_ANCHORS)
+    at = means[:1]
+    if sizes.size > 1:
+        at = np.concatenate([at, _log_interp(anchors, sizes[1:], means[1:].T).T])
+    sd = budget.subsample_sd(np.concatenate([extra.values, at[None, : extra.values.shape[1]]])).T
+    if sizes.size > 1:
+        sd = np.concatenate([sd[:, :1], _log_interp(sizes[1:], anchors, sd[:, 1:])], axis=-1)
+    items = None
+    if report is not None and extra.items is not None and evaluated.in_views is not None:
+        names = [m.name for m in evaluated.metric_list]
+        point = _report_items(report, evaluated.in_views[0], names)
+        items = budget.subsample_sd(np.concatenate([extra.items, point[None]]))
+    return sd, items
+
+
 def _start_nested(
     pool: futures.Executor,
     scores: SampledScores,
@@ -504,7 +558,7 @@ def _start_nested(
     metric_list: tuple[metrics.Metric, ...],
     report: ilias_report.ReportSpec | None,
     subs: tuple[SampledScores, ...],
-) -> "futures.Future[tuple[nested.Nested, np.ndarray]] | None":
+) -> "futures.Future[tuple[nested.Nested, nested.Extra]] | None":
     """Starts the nested bootstrap on `pool` and returns its future, or None when it has
     neither replicates nor budget sub-samples to evaluate.
 
@@ -597,13 +651,15 @@ def _predict_metrics(
     *,
     reps: nested.Nested | None,
     realized: tuple[np.ndarray | None, np.ndarray | None],
+    subsample: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
     report: ilias_report.ReportSpec | None,
 ) -> tuple[dict[str, MetricPrediction], Report | None]:
     """Returns (label -> `MetricPrediction` of each metric of `settings.metrics`, in its order,
     with its interval and curve; the ILIAS report predicted, or None without a `report`).
 
-    The intervals combine the pass's reruns and priors, the nested bootstrap's `reps` and the
-    realized counts' noise (`_realized`); the report's extra metrics are dropped after.
+    The intervals combine the pass's reruns and priors, the nested bootstrap's `reps`, the
+    realized counts' noise (`_realized`) and the sub-samples' sds (`subsample_sds`); the
+    report's extra metrics are dropped after.
     """
     sizes, metric_list = evaluated.sizes, evaluated.metric_list
     out = metric_predictions(
@@ -614,6 +670,7 @@ def _predict_metrics(
         sizes[1:],
         reps=reps,
         realized=realized[0],
+        subsample=subsample[0],
     )
     predicted = None
     if report is not None:
@@ -627,6 +684,7 @@ def _predict_metrics(
             settings,
             reps,
             realized=realized[1],
+            subsample=subsample[1],
         )
     wanted = {m.label(settings.k) for m in settings.metric_list()}
     return {label: m for label, m in out.items() if label in wanted}, predicted
@@ -756,6 +814,7 @@ def predicted_report(
     reps: nested.Nested | None,
     *,
     realized: np.ndarray | None = None,
+    subsample: np.ndarray | None = None,
 ) -> Report:
     """Returns the predicted ILIAS `Report` (percent), every value with its 90% interval.
 
@@ -765,6 +824,7 @@ def predicted_report(
       rows: where the pass's weightings are; metric_list: its M metrics.
       settings: the prediction's; reps: its nested bootstrap (with the items) or None.
       realized: [I] each item's realized-value sd (`realized_items`), or None.
+      subsample: [I] each item's sub-samples' sd (`subsample_sds`), or None.
     """
     names = [m.name for m in metric_list]
     points = np.stack([_report_items(spec, in_view, names) for in_view in in_views])  # [W, I]
@@ -772,7 +832,7 @@ def predicted_report(
     uncs = combined_intervals(
         in_views[0, view, metric],
         settings,
-        rows.terms(points, realized),
+        rows.terms(points, realized, subsample),
         weights=spec.weights,
         nested=_items_nested(reps),
     )
@@ -871,11 +931,12 @@ def exact(
 
 def distractor_sd(
     prediction: Prediction,
-) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...]] | None:
-    """Returns (sizes [G], sds [M, G], k, metric names [M]) of a prediction's distractor-sample
-    sd of each metric at the target and on its curve (ascending sizes; what a hardness artifact
-    stores), or None without one (no nested bootstrap)."""
-    names, sizes, rows = [], [], []
+) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...], np.ndarray | None] | None:
+    """Returns (sizes [G], sds [M, G], k, metric names [M], the sub-samples' sds [M, G] or None)
+    of a prediction's distractor-sample sd of each metric at the target and on its curve
+    (ascending sizes; what a hardness artifact stores), or None without one (no nested
+    bootstrap)."""
+    names, sizes, rows, subs = [], [], [], []
     for m in prediction.metrics.values():
         curve, unc = m.curve, m.interval
         if curve is None or curve.sd_distractor is None or unc is None:
@@ -884,9 +945,12 @@ def distractor_sd(
             names.append(m.metric)
             sizes.append(curve.n)
             rows.append([unc.sd_distractor, *curve.sd_distractor])
+            if curve.sd_subsample is not None:
+                subs.append([unc.sd_subsample, *curve.sd_subsample])
     if not names:
         return None
     n = np.asarray([prediction.n_target, *sizes[0]], np.float64)
     sds = np.asarray(rows)
     n, first = np.unique(n, return_index=True)
-    return n, sds[:, first], int(prediction.k), tuple(names)
+    sub = np.asarray(subs)[:, first] if len(subs) == len(rows) else None
+    return n, sds[:, first], int(prediction.k), tuple(names), sub

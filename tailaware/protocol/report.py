@@ -86,8 +86,14 @@ def report(
             hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
     p = p._replace(queries=queries)
     provenance = {"evt": dataclasses.asdict(settings.tail), **(metadata or {})}
+    stored = prediction.distractor_sd(p)
     art = artifact.from_hardness(
-        hardness, scores, settings.estimator, provenance, prediction.distractor_sd(p)
+        hardness,
+        scores,
+        settings.estimator,
+        provenance,
+        stored,
+        subsample_sd=None if stored is None else stored[4],
     )
     os.makedirs(workdir, exist_ok=True)
     artifact.save(os.path.join(workdir, "hardness.npz"), art)

@@ -47,6 +47,7 @@ def interval_json(interval: Interval) -> dict:
     out["prior_deviation"] = interval.prior_deviation
     out["sd_model"] = interval.sd_model
     out["sd_realized"] = interval.sd_realized
+    out["sd_subsample"] = interval.sd_subsample
     for tag, b in (("ci90", interval.ci90), ("ci95", interval.ci95)):
         out[f"{tag}_query"] = _pair(b.query)
         if b.distractor is not None:
@@ -82,6 +83,8 @@ def _curve_json(curve: Curve, key: str = "map") -> dict:
         out["ci90_queries"] = [_pair(b) for b in curve.ci90_queries]
     if curve.sd_distractor is not None:
         out["sd_distractor"] = [float(v) for v in curve.sd_distractor]
+    if curve.sd_subsample is not None:
+        out["sd_subsample"] = [float(v) for v in curve.sd_subsample]
     return out
 
 
@@ -371,7 +374,7 @@ def _metric_from_json(label: str, m: dict, k: int) -> MetricPrediction:
 
 def _curve_from_json(d: dict, key: str = "map") -> Curve:
     """The `Curve` of a `_curve_json` object."""
-    sd = d.get("sd_distractor")
+    sd, sub = d.get("sd_distractor"), d.get("sd_subsample")
     queries = d.get("ci90_queries")
     return Curve(
         tuple(float(v) for v in d["n"]),
@@ -379,6 +382,7 @@ def _curve_from_json(d: dict, key: str = "map") -> Curve:
         tuple((float(lo), float(hi)) for lo, hi in d["ci90"]),
         None if sd is None else tuple(float(v) for v in sd),
         None if queries is None else tuple((float(lo), float(hi)) for lo, hi in queries),
+        None if sub is None else tuple(float(v) for v in sub),
     )
 
 
@@ -400,6 +404,7 @@ def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
         threshold_maps=maps("threshold_maps"),
         prior_maps=maps("prior_maps"),
         sd_realized=float(unc.get("sd_realized", 0.0)),
+        sd_subsample=float(unc.get("sd_subsample", 0.0)),
     )
 
 
@@ -409,7 +414,8 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
 
     A file written before there were two intervals holds at `tag` the interval over queries like
     these; its interval for these queries is rebuilt from its parts (the distractor interval
-    widened by the model and realized-value terms), as `intervals.intervals` builds it."""
+    widened by the model, realized-value and sub-samples' terms), as `intervals.intervals` builds
+    it."""
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
     distractor = tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None
     reported = tuple(top.get(tag, (np.nan, np.nan)))
@@ -424,7 +430,8 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
         )
     point = float(top.get("map", top.get("value", np.nan)))
     z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)
-    sd_m = np.hypot(float(unc.get("sd_model", 0.0)), float(unc.get("sd_realized", 0.0)))
+    terms = (unc.get(t, 0.0) for t in ("sd_model", "sd_realized", "sd_subsample"))
+    sd_m = np.sqrt(sum(float(t) ** 2 for t in terms))
     these = intervals.widened(point, distractor or (point, point), z * float(sd_m))
     return Bounds(these, pair(f"{tag}_sampling"), pair(f"{tag}_query"), distractor, reported)
 
