@@ -52,6 +52,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--max_sets", type=int, default=6, help="ILIAS-like sets per benchmark")
     p.add_argument("--census_share", type=float, default=0.5)
     p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
+    p.add_argument("--fill", type=int, default=1, help="fill the share from rank d + 1 (1: yes)")
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     return p.parse_args()
@@ -126,7 +127,10 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     m = TailSettings().top_m
     st = settings(args.k, args.nested)
     for f in budgets:
-        plan = design.plan(best, f, census_share=args.census_share, max_depth=args.depth)
+        priority = design.fused([top], tgt.d.shape[0]) if args.fill else None
+        plan = design.plan(
+            best, f, census_share=args.census_share, max_depth=args.depth, priority=priority
+        )
         cen = plan.census
         in_census = np.where(np.isnan(pos), 0, scores_lib.count_above(
             np.sort(s[:, cen], axis=1)[:, ::-1], pos)).sum()  # fmt: skip

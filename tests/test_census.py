@@ -56,12 +56,15 @@ def _file(scores, pos, d: design.Design, ids, seed: int, m: int = 50):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("noise", [0.05, 0.5])
-def test_pooled_count_is_unbiased_and_a_good_proxy_beats_uniform(noise):
+@pytest.mark.parametrize("noise,fill", [(0.05, False), (0.5, False), (0.05, True)])
+def test_pooled_count_is_unbiased_and_a_good_proxy_beats_uniform(noise, fill):
     scores, pos, ranks = _gallery(noise=noise)
     ids = np.asarray([f"item{i:05d}" for i in range(N)])
     exact = (scores[:, None, :] > pos[:, :, None]).sum(-1).astype(np.float64)
-    d = design.plan(design.best_ranks([ranks], N), 0.05, census_share=0.5, max_depth=200)
+    priority = design.fused([ranks], N) if fill else None
+    d = design.plan(
+        design.best_ranks([ranks], N), 0.05, census_share=0.5, max_depth=200, priority=priority
+    )
     assert d.depth >= 1 and 0 < d.n_census <= 0.5 * 0.05 * N
     assert d.n_census + d.inclusion * (N - d.n_census) == pytest.approx(0.05 * N)
     pooled, uniform = [], []
@@ -90,6 +93,37 @@ def test_plan_depth_rule_against_brute_force():
     assert d.n_census == (best <= d.depth).sum()
     with pytest.raises(ValueError, match="more than the budget"):
         design.plan(best, 0.01, depth=40)
+
+
+def test_plan_fills_the_share_from_the_next_level_by_priority():
+    rng = np.random.default_rng(2)
+    lists = [rng.permutation(400)[:60].reshape(6, 10), rng.permutation(400)[:60].reshape(6, 10)]
+    best = design.best_ranks(lists, 400)
+    # Reciprocal-rank fusion by enumeration of every list entry.
+    want = np.zeros(400)
+    for ranks in lists:
+        for row in ranks:
+            for r, item in enumerate(row):
+                want[item] += 1.0 / (r + 1)
+    priority = design.fused(lists, 400)
+    np.testing.assert_allclose(priority, want)
+    # A share of 15 items: the depth-1 census (12 rows' top-1) fits, depth 2 does not.
+    d = design.plan(best, 0.06, census_share=15 / 24, priority=priority)
+    plain = design.plan(best, 0.06, census_share=15 / 24)
+    assert d.depth == plain.depth == 1 and plain.n_census == (best <= 1).sum()
+    added = np.flatnonzero(d.census & ~plain.census)
+    level = np.flatnonzero(best == 2)
+    top = level[np.argsort(-want[level], kind="stable")][: 15 - plain.n_census]
+    np.testing.assert_array_equal(np.sort(added), np.sort(top))
+    assert d.n_census == 15 and np.all(plain.census <= d.census)
+    assert d.n_census + d.inclusion * (400 - d.n_census) == pytest.approx(0.06 * 400)
+    # Even each query's top-1 does not fit: the fill alone makes the census.
+    one = design.plan(best, 0.01, census_share=0.5, priority=priority)
+    assert (
+        one.depth == 0
+        and one.n_census == 2
+        and set(np.flatnonzero(one.census)) <= set(np.flatnonzero(best == 1))
+    )
 
 
 def test_file_without_census_is_uniform_and_census_round_trips(tmp_path):
@@ -207,21 +241,33 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     result = ilias.run(c, work)
     sc = scores_lib.load_scores(os.path.join(work, "sampled_scores.npz"))
     rec = np.load(os.path.join(work, "design.npz"))
-    # The census by brute force: distractors some query's proxy list ranks within the depth.
-    with open(proxy, "rb") as f:
-        top = pickle.load(f)
-    depth = int(rec["depth"])
-    named = {top["db_ids"][j] for j in top["ranks"][:, :depth].ravel()}
-    _, pids = features.read_features(os.path.join(folder, features.POSITIVES))
-    want = sorted(named - set(pids))
-    assert sorted(rec["census_ids"].tolist()) == want and sc.n_census == len(want) > 0
-    # Budget: census + the rest's hash sample = the total share (up to the hash's randomness).
     x_all, ids_all = [], []
     for s in range(SHARDS):
         x, ids = features.read_features(os.path.join(folder, features.distractor_name(s)))
         x_all.append(x)
         ids_all += ids
     x_all, ids_all = np.concatenate(x_all).astype(np.float32), np.asarray(ids_all)
+    # The census by brute force: distractors some query's proxy list ranks within the depth,
+    # then those at the next rank with the largest sums of 1 / rank (ties in gallery order)
+    # up to half the budget.
+    with open(proxy, "rb") as f:
+        top = pickle.load(f)
+    depth = int(rec["depth"])
+    _, pids = features.read_features(os.path.join(folder, features.POSITIVES))
+    best, fused = {}, {}
+    for row in top["ranks"]:
+        for r, j in enumerate(row):
+            name = top["db_ids"][j]
+            if name not in pids:
+                best[name] = min(best.get(name, r + 1), r + 1)
+                fused[name] = fused.get(name, 0.0) + 1.0 / (r + 1)
+    want = [n for n in ids_all if best.get(n, 10**9) <= depth]
+    level = [n for n in ids_all if best.get(n) == depth + 1]
+    level = sorted(level, key=lambda n: -fused[n])  # stable: gallery order among ties
+    want = sorted(want + level[: max(int(0.5 * 0.2 * len(ids_all)) - len(want), 0)])
+    assert sorted(rec["census_ids"].tolist()) == want and sc.n_census == len(want) > 0
+    assert sc.n_census == int(0.5 * 0.2 * len(ids_all))  # the fill takes the whole share
+    # Budget: census + the rest's hash sample = the total share (up to the hash's randomness).
     census_mask = np.isin(ids_all, want)
     rest = ~census_mask & sampling.in_sample(ids_all, sc.inclusion, 2)
     assert sc.n_sample == rest.sum()

@@ -14,7 +14,11 @@ are a uniform sample of the rest, and all of it is a uniform sample of the galle
 uniform-only prediction beside the pooled one).
 
 The depth rule (docs/estimators.md, "Census"): the deepest d whose census fits in
-`census_share` of the budget (C(d) <= share f N), and no deeper than the proxies' lists.
+`census_share` of the budget (C(d) <= share f N), and no deeper than the proxies' lists; what
+is left of the share is filled from rank d + 1 by a priority (`fused`, reciprocal-rank fusion
+over the queries and proxies), so that a census exists where even each query's top-1 does not
+fit (many queries per item of budget). The census is a function of the proxies' lists alone,
+never of the sample, so every inclusion probability stays known.
 
 Shapes: N gallery items, Q queries, k list entries.
 """
@@ -69,6 +73,20 @@ def best_ranks(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
     return best
 
 
+def fused(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """Returns [N] float64 each item's reciprocal-rank fusion score: the sum of 1 / rank over
+    every row of `lists` that holds it (0 where none does); `lists` as in `best_ranks`."""
+    score = np.zeros(n, np.float64)
+    for ranks in lists:
+        ranks = np.asarray(ranks, np.int64)
+        if ranks.size == 0:
+            continue
+        rank = np.broadcast_to(np.arange(1, ranks.shape[1] + 1), ranks.shape)
+        real = ranks >= 0
+        np.add.at(score, ranks[real], 1.0 / rank[real])
+    return score
+
+
 def plan(
     best_rank: np.ndarray,
     fraction: float,
@@ -76,6 +94,7 @@ def plan(
     census_share: float = 0.5,
     depth: int = 0,
     max_depth: int | None = None,
+    priority: np.ndarray | None = None,
 ) -> Design:
     """Returns the census and the rest's rate for a total budget of `fraction` of N.
 
@@ -85,6 +104,8 @@ def plan(
       census_share: the share of the budget the census may take (the depth rule); in [0, 1).
       depth: a fixed census depth d (0: by the rule).
       max_depth: the proxies' list depth, the deepest a rule can go (None: no cap).
+      priority: [N] (e.g. `fused`): by the rule, the items of best rank d + 1 with the highest
+        priority (ties by index) fill the share the depth-d census leaves (None: no fill).
 
     Raises:
       ValueError: a fixed depth whose census exceeds the budget, or an argument out of range.
@@ -117,5 +138,13 @@ def plan(
             d = min(d, int(max_depth))
         c = int(np.searchsorted(ranked, d, side="right"))
     census = best_rank <= d if d else np.zeros(n, bool)
+    if priority is not None and not depth and (max_depth is None or d < max_depth):
+        # The next level by priority: a stable sort keeps ties in index order.
+        level = np.flatnonzero(best_rank == d + 1)
+        room = max(int(np.floor(census_share * budget)) - c, 0)
+        if level.size and room:
+            order = np.argsort(-np.asarray(priority, np.float64)[level], kind="stable")
+            census[level[order[:room]]] = True
+            c = int(census.sum())
     pi = (budget - c) / (n - c) if n > c else 1.0
     return Design(census, float(pi), int(d), best_rank)

@@ -97,7 +97,16 @@ def plan(
         lists.append(similarity.align(top, query_ids, gallery, positive_ids))
     best = design.best_ranks(lists, gallery.size)
     max_depth = min(x.shape[1] for x in lists)
-    d = design.plan(best, fraction, census_share=census_share, depth=depth, max_depth=max_depth)
+    # A fixed depth is the census as asked; the rule fills its share by fused rank.
+    priority = None if depth else design.fused(lists, gallery.size)
+    d = design.plan(
+        best,
+        fraction,
+        census_share=census_share,
+        depth=depth,
+        max_depth=max_depth,
+        priority=priority,
+    )
     where = np.flatnonzero(d.census)
     order = np.argsort(engine[where])
     where = where[order]
