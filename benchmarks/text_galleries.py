@@ -29,6 +29,8 @@ are held out and never read.
 Commands:
   python benchmarks/text_galleries.py --cache=/work/cache/text > text_galleries.log 2>&1
   python benchmarks/text_galleries.py --cache=/work/cache/text --pools=large   # issue #32's only
+  python benchmarks/text_galleries.py --cache=/work/cache/text --splits=dev --pools=half \
+      --encoders=minilm8 --kinds=names --fractions=0.01 --draws=1   # issue #38's cheap proxy
   python benchmarks/text_galleries.py --cache=/work/cache/text --fixture=tests/data/text_small.npz
 """
 
@@ -53,6 +55,9 @@ from tailaware.sim import text as tb  # noqa: E402
 
 NPM = "/work/.library/env/packages/npm.tsv"
 ENCODERS = ("minilm", "lsa")
+# A cheap same-model proxy (issue #38), built on request (`--encoders=minilm8`): MiniLM-L6 on
+# each summary's first 8 tokens, [CLS] and [SEP] included.
+MINILM_TOKENS = {"minilm": 128, "minilm8": 8}
 KINDS = ("names", "keywords")
 POOLS = ("half", "large")
 FRACTIONS = (0.0005, 0.01, 0.05, 0.2)
@@ -77,8 +82,8 @@ def _parse():
 
 
 @functools.cache
-def _minilm():
-    return tb.MiniLM()
+def _minilm(max_len: int):
+    return tb.MiniLM(max_len=max_len)
 
 
 def embeddings(args, packages, rows, encoder, fit):
@@ -87,14 +92,15 @@ def embeddings(args, packages, rows, encoder, fit):
     MiniLM embeds every usable summary once and `rows` select from them; LSA is fitted on
     `rows` alone and cached under `fit` ("dev" or "test": a half, "all": every summary).
     """
-    if encoder == "minilm":
-        if "minilm" not in _EMBEDDINGS:
-            _EMBEDDINGS["minilm"] = tb.embed_cached(
+    if encoder in MINILM_TOKENS:
+        if encoder not in _EMBEDDINGS:
+            n = MINILM_TOKENS[encoder]
+            _EMBEDDINGS[encoder] = tb.embed_cached(
                 list(packages.summaries),
-                lambda texts: _minilm()(texts),  # the model loads only if a chunk is missing
-                os.path.join(args.cache, "minilm"),
+                lambda texts: _minilm(n)(texts),  # the model loads only if a chunk is missing
+                os.path.join(args.cache, encoder),
             )
-        return _EMBEDDINGS["minilm"][rows]
+        return _EMBEDDINGS[encoder][rows]
     path = os.path.join(args.cache, "lsa", f"{fit}.npy")
     if not os.path.exists(path):
         t0 = time.monotonic()
