@@ -25,6 +25,7 @@ Runtime: ~1-3 s a prediction on 2 CPU cores; the default grid makes a few hundre
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -55,6 +56,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--fill", type=int, default=1, help="fill the share from rank d + 1 (1: yes)")
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
+    p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
     return p.parse_args()
 
 
@@ -191,6 +193,24 @@ def main() -> None:
     args = _parse()
     budgets = [float(b) for b in args.budgets.split(",")]
     records: list[dict] = []
+    if args.out and os.path.exists(args.out):
+        with open(args.out) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    done = {r["set"] for r in records}
+
+    def one(rows, label, name, seeds):
+        """Runs one query set unless the records hold it; appends its records to --out."""
+        if name in done:
+            return
+        new: list[dict] = []
+        run_set(tgt, prx, rows, args, budgets, new, label, seeds)
+        for r in new:
+            r["set"] = name
+        records.extend(new)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.writelines(json.dumps(r, default=float) + "\n" for r in new)
+
     for pair in args.pairs.split(","):
         t_name, p_name = pair.split(":")
         root = os.path.join(args.cache, "benchmarks")
@@ -206,10 +226,10 @@ def main() -> None:
         for i in range(n_sets):
             rows = np.sort(order[i * args.set_size : (i + 1) * args.set_size])
             label = f"{base}, {args.set_size} q"
-            run_set(tgt, prx, rows, args, budgets, records, label, args.seeds)
+            one(rows, label, f"{label} #{i}", args.seeds)
         if args.full_seeds:
             label = f"{base}, all {n_q} q"
-            run_set(tgt, prx, np.arange(n_q), args, budgets, records, label, args.full_seeds)
+            one(np.arange(n_q), label, label, args.full_seeds)
     print(table(records))
 
 

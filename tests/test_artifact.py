@@ -183,7 +183,8 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         np.testing.assert_allclose(mine["curve"]["ci90"], entry["curve"]["ci90"], atol=1e-6)
 
     # Elsewhere: the sd between two stored sizes is between theirs; the interval for these
-    # queries is normal with it, the model, realized-value and sub-samples' terms in quadrature, and
+    # queries is normal with the larger of it and the sub-samples' sd, the model and
+    # realized-value terms in quadrature, and
     # the one over queries like these widens that by the query interval in quadrature
     # (`intervals`).
     _, maps, (typed,) = _at(art, [3e8], 1000)
@@ -197,8 +198,8 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert unc["sd_realized"] > 0
     lo_sub, hi_sub = sorted(art.subsample_sd[0, i - 1 : i + 1])
     assert lo_sub <= unc["sd_subsample"] <= hi_sub
-    terms = ("sd_distractor", "sd_model", "sd_realized", "sd_subsample")
-    sd = np.sqrt(sum(unc[t] ** 2 for t in terms))
+    sampling = max(unc["sd_distractor"], unc["sd_subsample"])
+    sd = np.sqrt(sampling**2 + unc["sd_model"] ** 2 + unc["sd_realized"] ** 2)
     these_hi = min(point + z * sd, 1.0)
     assert unc["ci90"][1] == pytest.approx(these_hi, abs=1e-9)
     expect_hi = point + np.hypot(these_hi - point, q_hi - point)

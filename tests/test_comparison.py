@@ -165,8 +165,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
         assert png.format == "PNG" and png.size[0] > 500 and png.size[1] > 500
     assert out["difference"] == pytest.approx(a["map"] - b["map"], abs=1e-9)
     assert a["uncertainty"]["sd_distractor"] > 0 and out["threshold_deviation"] > 0
-    # Every term in quadrature: the paired query sd, both distractor sds, the threshold term,
-    # both realized-value sds.
+    # Every term in quadrature: the paired query sd, both sampling sds (each the larger of its
+    # nested and sub-samples' reads), the threshold term, both realized-value sds.
     diff = np.asarray(a["per_query_ap"]) - np.asarray(b["per_query_ap"])
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
@@ -175,14 +175,12 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
     assert min(sd_r) > 0 and min(sd_s) > 0
     factors = IntervalSettings()
     these = np.sqrt(
-        sd_d[0] ** 2
-        + sd_d[1] ** 2
+        max(sd_d[0], sd_s[0]) ** 2
+        + max(sd_d[1], sd_s[1]) ** 2
         + (factors.threshold_sd * out["threshold_deviation"]) ** 2
         + (factors.prior_sd * out["prior_deviation"]) ** 2
         + sd_r[0] ** 2
         + sd_r[1] ** 2
-        + sd_s[0] ** 2
-        + sd_s[1] ** 2
     )
     assert out["sd"] == pytest.approx(these, rel=1e-9)  # for these queries: no query term
     assert out["sd_queries"] == pytest.approx(np.hypot(these, sd_pairs), rel=0.1)

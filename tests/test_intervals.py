@@ -130,20 +130,23 @@ def test_intervals_add_the_realized_term_for_these_queries():
     )
 
 
-def test_intervals_add_the_subsample_term_beside_the_realized_one():
-    # The sub-samples' sd joins the model and realized terms in quadrature for these queries.
+def test_intervals_take_the_larger_of_the_distractor_and_subsample_sds():
+    # The sampling part for these queries is the larger of the nested replicates' sd and the
+    # sub-samples' sd, never both; the model and realized terms join it in quadrature.
     rng = np.random.default_rng(11)
     q_reps = 0.5 + 0.01 * rng.standard_normal(1000)
     nested = (0.5 + 0.01 * rng.standard_normal(200), q_reps[:200])
     kw = dict(nested=nested, deviation=0.02, sd_realized=0.03)
     plain = intervals.intervals(0.5, q_reps, SETTINGS, **kw)
+    sd_d = float(np.std(nested[0], ddof=1))
+    small = intervals.intervals(0.5, q_reps, SETTINGS, **kw, sd_subsample=0.5 * sd_d)
+    assert small.ci90.reported == plain.ci90.reported and small.sd_subsample == 0.5 * sd_d
     out = intervals.intervals(0.5, q_reps, SETTINGS, **kw, sd_subsample=0.04)
     assert out.sd_subsample == 0.04 and plain.sd_subsample == 0.0
     assert out.ci90.query == plain.ci90.query and out.ci90.distractor == plain.ci90.distractor
-    (lo, hi), (slo, shi) = out.ci90.reported, out.ci90.distractor
-    extra = 1.6449 * np.sqrt(out.sd_model**2 + 0.03**2 + 0.04**2)
-    assert hi - 0.5 == pytest.approx(np.hypot(shi - 0.5, extra), rel=1e-4)
-    assert 0.5 - lo == pytest.approx(np.hypot(0.5 - slo, extra), rel=1e-4)
+    lo, hi = out.ci90.reported
+    half = 1.6449 * np.sqrt(0.04**2 + out.sd_model**2 + 0.03**2)
+    assert hi - 0.5 == pytest.approx(half, rel=1e-4) and 0.5 - lo == pytest.approx(half, rel=1e-4)
     assert out.ci90.queries[0] < lo and hi < out.ci90.queries[1]
 
 

@@ -4,8 +4,9 @@ Two questions, as for one system (`intervals`). For these queries, the differenc
 evaluations would print is uncertain through the systems' distractor samples (nested bootstrap
 sds, independent of each other), their realized counts around the law's expectation
 (`Interval.sd_realized`, taken as independent: two systems scoring the same distractors may
-move together, and the sum then overstates it), their sub-samples' terms
-(`Interval.sd_subsample`, likewise taken as independent) and the tail models
+move together, and the sum then overstates it), each system's sampling sd being the larger of
+its nested and sub-samples' reads as in its own interval (`intervals.sampling_sd`), and the
+tail models
 (`paired_deviation`: how far A - B moves when both estimates are rerun at other tail
 thresholds, and under other priors on the tail shape, scaled as a single system's model term,
 `intervals.sd_model`); all in quadrature. Over queries like these, the comparison is paired
@@ -46,7 +47,6 @@ def paired(
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
     sd_realized: float = 0.0,
-    sd_subsample: float = 0.0,
 ) -> dict[str, Any]:
     """Returns the paired comparison of systems A and B on the same queries.
 
@@ -60,15 +60,14 @@ def paired(
       aps_a, aps_b: [Q] per-query AP@k of each system at the target N (same query order).
       num_replicates: B of the query bootstrap.
       seed: its seed.
-      sd_distractor_a, sd_distractor_b: distractor-sample sds of each system's mAP (nested
-        bootstrap); 0 where not measured.
+      sd_distractor_a, sd_distractor_b: distractor-sample sds of each system's mAP (the larger
+        of the nested bootstrap's and the sub-samples', `intervals.sampling_sd`); 0 where not
+        measured.
       deviation: the difference's threshold sensitivity (`paired_deviation`).
       prior_deviation: the difference's sensitivity to the prior on the tail shape.
       settings: the model terms' factors (as in a single system's interval).
       sd_realized: the sd of the realized difference around its expectation (both systems'
         realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
-      sd_subsample: both systems' sub-samples' sds in quadrature (`Interval.sd_subsample`); 0
-        where not measured.
 
     Returns:
       {"difference", "sd", "sd_queries", "ci90", "ci95", "ci90_queries", "ci95_queries",
@@ -82,7 +81,7 @@ def paired(
     point = float(diff.mean())
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
     sd_m = intervals.sd_model(deviation, prior_deviation, settings)
-    terms = (sd_distractor_a, sd_distractor_b, sd_m, sd_realized, sd_subsample)
+    terms = (sd_distractor_a, sd_distractor_b, sd_m, sd_realized)
     sd = float(np.sqrt(np.sum(np.square(terms))))
     bounds: dict[str, tuple[float, float]] = {}
     for level in intervals.LEVELS:
@@ -103,18 +102,16 @@ def paired(
 
 
 def _sd_distractor(m: MetricPrediction) -> float:
-    """Returns a prediction's distractor-sample sd (0 where it has no interval or no bootstrap)."""
-    return 0.0 if m.interval is None else float(m.interval.sd_distractor or 0.0)
+    """Returns a prediction's sampling sd as its interval uses it (`intervals.sampling_sd`; 0
+    where it has no interval)."""
+    if m.interval is None:
+        return 0.0
+    return intervals.sampling_sd(m.interval.sd_distractor, m.interval.sd_subsample)
 
 
 def _sd_realized(m: MetricPrediction) -> float:
     """Returns a prediction's realized-value sd (0 where it has no interval)."""
     return 0.0 if m.interval is None else float(m.interval.sd_realized)
-
-
-def _sd_subsample(m: MetricPrediction) -> float:
-    """Returns a prediction's sub-samples' sd (0 where it has no interval)."""
-    return 0.0 if m.interval is None else float(m.interval.sd_subsample)
 
 
 def paired_deviation(
@@ -195,7 +192,6 @@ def compare(
             prior_deviation=dev_prior,
             settings=settings,
             sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
-            sd_subsample=float(np.hypot(_sd_subsample(x), _sd_subsample(y))),
         )
         out[label] = Paired(
             value_a=x.value,

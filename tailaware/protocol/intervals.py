@@ -102,6 +102,14 @@ def widened(
     return in_range(*grown, low=low)
 
 
+def sampling_sd(sd_distractor: float | None, sd_subsample: float) -> float:
+    """Returns the sampling sd of the interval for these queries: the larger of the nested
+    replicates' and the sub-samples' reads. Both see the sample's own noise, so their
+    quadrature sum would count it twice; the sub-samples' also sees the extrapolation's drift
+    (docs/validation.md, "The sub-samples' term (issue #41)")."""
+    return max(float(sd_distractor or 0.0), float(sd_subsample))
+
+
 def intervals(
     point: float,
     query_reps: np.ndarray,
@@ -119,14 +127,16 @@ def intervals(
     For these queries (`Bounds.reported`, the headline): the realized value the full evaluation
     would print on this query set, uncertain through the distractor sample (a normal interval
     of its nested replicates' sd, or of a stored `sd_distractor`), the tail model and the
-    realized counts. The tail model's term, a normal error of sd `sd_model(deviation,
-    prior_deviation)`, and the counts' own noise around the law's expectation (`sd_realized`,
-    shrinking as 1 / sqrt(queries): `core.realization`) and the prediction's moves between
-    nested sub-samples of the sample (`sd_subsample`: sampling noise and the extrapolation's
-    drift with S, which the resampled replicates do not see) are added to it in quadrature on
-    each side. Over queries like these (`Bounds.queries`): that interval widened on each side, in
-    quadrature, by the query bootstrap's percentile interval (independent sources; the 1000
-    cheap query replicates keep their own tails), so it always contains the first.
+    realized counts. Its sampling part is normal with the larger of two reads of the sample's
+    sd (`sampling_sd`): the nested replicates' and the prediction's moves between nested
+    sub-samples of the sample (`sd_subsample`: sampling noise and the extrapolation's drift
+    with S, which the resampled replicates do not see). The tail model's term, a normal error
+    of sd `sd_model(deviation, prior_deviation)`, and the counts' own noise around the law's
+    expectation (`sd_realized`, shrinking as 1 / sqrt(queries): `core.realization`) are added
+    to it in quadrature on each side. Over queries like these (`Bounds.queries`): that interval
+    widened on each side, in quadrature, by the query bootstrap's percentile interval
+    (independent sources; the 1000 cheap query replicates keep their own tails), so it always
+    contains the first.
     `Bounds.sampling` (the query interval widened by the distractor sd) is kept as a part. Every
     interval is cut to [0, 1].
 
@@ -169,8 +179,10 @@ def intervals(
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         sampling = in_range(lo, hi)
-        extra = float(np.sqrt(sd_m**2 + sd_realized**2 + sd_subsample**2))
-        these = widened(point, distractor or (point, point), z * extra)
+        extra = float(np.hypot(sd_m, sd_realized))
+        s = sampling_sd(sd_d, sd_subsample)
+        base = in_range(point - z * s, point + z * s) if s > 0 else (point, point)
+        these = widened(point, base, z * extra)
         like = in_range(
             point - np.hypot(point - these[0], point - query[0]),
             point + np.hypot(these[1] - point, query[1] - point),

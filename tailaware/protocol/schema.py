@@ -413,9 +413,8 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
     prediction.json lacks them).
 
     A file written before there were two intervals holds at `tag` the interval over queries like
-    these; its interval for these queries is rebuilt from its parts (the distractor interval
-    widened by the model, realized-value and sub-samples' terms), as `intervals.intervals` builds
-    it."""
+    these; its interval for these queries is rebuilt from its parts (the sampling interval
+    widened by the model and realized-value terms), as `intervals.intervals` builds it."""
     pair = lambda key: tuple(unc[key]) if key in unc else (np.nan, np.nan)
     distractor = tuple(unc[f"{tag}_distractor"]) if f"{tag}_distractor" in unc else None
     reported = tuple(top.get(tag, (np.nan, np.nan)))
@@ -430,9 +429,12 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
         )
     point = float(top.get("map", top.get("value", np.nan)))
     z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)
-    terms = (unc.get(t, 0.0) for t in ("sd_model", "sd_realized", "sd_subsample"))
-    sd_m = np.sqrt(sum(float(t) ** 2 for t in terms))
-    these = intervals.widened(point, distractor or (point, point), z * float(sd_m))
+    sd_m = np.hypot(float(unc.get("sd_model", 0.0)), float(unc.get("sd_realized", 0.0)))
+    base = distractor or (point, point)
+    if unc.get("sd_distractor") is not None:
+        s = intervals.sampling_sd(unc["sd_distractor"], float(unc.get("sd_subsample", 0.0)))
+        base = intervals.in_range(point - z * s, point + z * s) if s > 0 else (point, point)
+    these = intervals.widened(point, base, z * float(sd_m))
     return Bounds(these, pair(f"{tag}_sampling"), pair(f"{tag}_query"), distractor, reported)
 
 
