@@ -108,8 +108,8 @@ def sd_subsamples(r: dict) -> float:
 # Candidate intervals for these queries: the prediction +- 1.645 x the quadrature sum of its
 # terms (sds), cut to [0, 1], as `intervals.intervals` builds them. "+counts" is `ci90` as
 # reported (the realized counts' noise, `core.realization`); "+posterior" draws the atoms too;
-# "+sub" adds the sub-samples' sampling sd to it (`ci90` since it became `Interval.sd_subsample`);
-# "max" takes the larger of the distractor and the sub-samples' sds instead of both.
+# "+sub" adds the sub-samples' sampling sd to it (`ci90` from 7cb3485 to 9cbdb45's parent);
+# "max" takes the larger of the distractor and the sub-samples' sds instead (`ci90` since).
 CANDIDATES = (
     ("dist+model", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"]]),
     ("+counts", lambda r: [r["sd_distractor"] or 0.0, r["sd_model"], r["sd_counts"]]),
