@@ -42,10 +42,9 @@ from tailaware.search import exact  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 
-def _parse() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the design's and the grid's flags (shared with census_compare.py)."""
     p.add_argument("--cache", default="/work/cache/text")
-    p.add_argument("--pairs", default="dev-minilm-names:dev-lsa-names")
     p.add_argument("--budgets", default="0.01,0.02")
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--k", type=int, default=100)
@@ -53,10 +52,16 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--max_sets", type=int, default=6, help="ILIAS-like sets per benchmark")
     p.add_argument("--census_share", type=float, default=0.5)
     p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
-    p.add_argument("--fill", type=int, default=1, help="fill the share from rank d + 1 (1: yes)")
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", default="dev-minilm-names:dev-lsa-names")
+    p.add_argument("--fill", type=int, default=1, help="fill the share from rank d + 1 (1: yes)")
+    add_arguments(p)
     return p.parse_args()
 
 

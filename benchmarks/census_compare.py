@@ -12,7 +12,7 @@ interval and median half-width. Dev only; PyPI's summaries are never read.
 
 Command (after text_galleries.py has written the dev folders, minilm8 included):
   python benchmarks/census_compare.py --cache=/work/cache/text --a=dev-minilm-names \\
-      --b=dev-lsa-names --proxy=dev-minilm8-names --out=workdir/census_compare.jsonl
+      --b=dev-lsa-names --proxy=dev-minilm8-names --budgets=0.01 --out=workdir/census_compare.jsonl
 """
 
 import argparse
@@ -35,20 +35,10 @@ from tailaware.tail.settings import TailSettings  # noqa: E402
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cache", default="/work/cache/text")
     p.add_argument("--a", default="dev-minilm-names")
     p.add_argument("--b", default="dev-lsa-names")
     p.add_argument("--proxy", default="dev-minilm8-names")
-    p.add_argument("--budgets", default="0.01")
-    p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--k", type=int, default=100)
-    p.add_argument("--set_size", type=int, default=40)
-    p.add_argument("--max_sets", type=int, default=8)
-    p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
-    p.add_argument("--census_share", type=float, default=0.5)
-    p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
-    p.add_argument("--nested", type=int, default=20)
-    p.add_argument("--out", default="", help="JSON-lines records; resumes by set")
+    bench.add_arguments(p)
     return p.parse_args()
 
 

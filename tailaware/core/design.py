@@ -23,7 +23,7 @@ never of the sample, so every inclusion probability stays known.
 Shapes: N gallery items, Q queries, k list entries.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -54,6 +54,18 @@ class Design(NamedTuple):
         return int(self.census.sum())
 
 
+def _entries(lists: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yields (items, ranks) of every list's real entries: item indices and their 1-based
+    ranks, flat."""
+    for ranks in lists:
+        ranks = np.asarray(ranks, np.int64)
+        if ranks.size == 0:
+            continue
+        rank = np.broadcast_to(np.arange(1, ranks.shape[1] + 1), ranks.shape)
+        real = ranks >= 0
+        yield ranks[real], rank[real]
+
+
 def best_ranks(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
     """Returns [N] int64 each item's best 1-based rank over every row of `lists`.
 
@@ -63,13 +75,8 @@ def best_ranks(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
       n: N.
     """
     best = np.full(n, UNRANKED, np.int64)
-    for ranks in lists:
-        ranks = np.asarray(ranks, np.int64)
-        if ranks.size == 0:
-            continue
-        rank = np.broadcast_to(np.arange(1, ranks.shape[1] + 1), ranks.shape)
-        real = ranks >= 0
-        np.minimum.at(best, ranks[real], rank[real])
+    for items, rank in _entries(lists):
+        np.minimum.at(best, items, rank)
     return best
 
 
@@ -77,13 +84,8 @@ def fused(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
     """Returns [N] float64 each item's reciprocal-rank fusion score: the sum of 1 / rank over
     every row of `lists` that holds it (0 where none does); `lists` as in `best_ranks`."""
     score = np.zeros(n, np.float64)
-    for ranks in lists:
-        ranks = np.asarray(ranks, np.int64)
-        if ranks.size == 0:
-            continue
-        rank = np.broadcast_to(np.arange(1, ranks.shape[1] + 1), ranks.shape)
-        real = ranks >= 0
-        np.add.at(score, ranks[real], 1.0 / rank[real])
+    for items, rank in _entries(lists):
+        np.add.at(score, items, 1.0 / rank)
     return score
 
 
