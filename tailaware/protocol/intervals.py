@@ -110,6 +110,14 @@ def sampling_sd(sd_distractor: float | None, sd_subsample: float) -> float:
     return max(float(sd_distractor or 0.0), float(sd_subsample))
 
 
+def for_these_queries(point: float, z: float, sampling: float, extra: float) -> tuple[float, float]:
+    """Returns the interval for these queries at normal quantile `z`: normal with the sampling
+    sd (`sampling_sd`; the point alone at 0), cut to [0, 1], then widened in quadrature by the
+    other terms' sd `extra` (`widened`)."""
+    base = in_range(point - z * sampling, point + z * sampling) if sampling > 0 else (point, point)
+    return widened(point, base, z * extra)
+
+
 def intervals(
     point: float,
     query_reps: np.ndarray,
@@ -179,10 +187,9 @@ def intervals(
             grow = np.sqrt(1.0 + (sd_d / max(sd_q, 1e-12)) ** 2)
             lo, hi = point - (point - lo) * grow, point + (hi - point) * grow
         sampling = in_range(lo, hi)
-        extra = float(np.hypot(sd_m, sd_realized))
-        s = sampling_sd(sd_d, sd_subsample)
-        base = in_range(point - z * s, point + z * s) if s > 0 else (point, point)
-        these = widened(point, base, z * extra)
+        these = for_these_queries(
+            point, z, sampling_sd(sd_d, sd_subsample), float(np.hypot(sd_m, sd_realized))
+        )
         like = in_range(
             point - np.hypot(point - these[0], point - query[0]),
             point + np.hypot(these[1] - point, query[1] - point),

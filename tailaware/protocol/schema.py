@@ -429,12 +429,12 @@ def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
         )
     point = float(top.get("map", top.get("value", np.nan)))
     z = statistics.NormalDist().inv_cdf(0.5 + int(tag[2:]) / 200.0)
-    sd_m = np.hypot(float(unc.get("sd_model", 0.0)), float(unc.get("sd_realized", 0.0)))
-    base = distractor or (point, point)
+    sd_m = float(np.hypot(float(unc.get("sd_model", 0.0)), float(unc.get("sd_realized", 0.0))))
     if unc.get("sd_distractor") is not None:
         s = intervals.sampling_sd(unc["sd_distractor"], float(unc.get("sd_subsample", 0.0)))
-        base = intervals.in_range(point - z * s, point + z * s) if s > 0 else (point, point)
-    these = intervals.widened(point, base, z * float(sd_m))
+        these = intervals.for_these_queries(point, z, s, sd_m)
+    else:
+        these = intervals.widened(point, distractor or (point, point), z * sd_m)
     return Bounds(these, pair(f"{tag}_sampling"), pair(f"{tag}_query"), distractor, reported)
 
 

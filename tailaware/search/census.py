@@ -97,15 +97,14 @@ def plan(
         lists.append(similarity.align(top, query_ids, gallery, positive_ids))
     best = design.best_ranks(lists, gallery.size)
     max_depth = min(x.shape[1] for x in lists)
-    # A fixed depth is the census as asked; the rule fills its share by fused rank.
-    priority = None if depth else design.fused(lists, gallery.size)
+    # The rule fills its share by fused rank; a fixed depth is the census as asked.
     d = design.plan(
         best,
         fraction,
         census_share=census_share,
         depth=depth,
         max_depth=max_depth,
-        priority=priority,
+        priority=design.fused(lists, gallery.size),
     )
     where = np.flatnonzero(d.census)
     order = np.argsort(engine[where])
