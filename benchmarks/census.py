@@ -57,6 +57,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
 
 
+def read_records(path: str) -> list[dict]:
+    """Returns the JSON-lines records of `path` ([] when it is empty or not there)."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_records(path: str, records: list[dict]) -> None:
+    """Appends `records` to the JSON-lines file `path` (nothing when `path` is empty)."""
+    if path:
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r, default=float) + "\n" for r in records)
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", default="dev-minilm-names:dev-lsa-names")
@@ -118,6 +133,14 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
     )
 
 
+def top_lists(prx: Folder, rows: np.ndarray, depth: int) -> np.ndarray:
+    """Returns [Q, depth] the proxy's brute-force top lists of the queries `rows` over its
+    distractors, best first (an official similarity file's content)."""
+    ps = prx.q[rows] @ prx.d.T
+    top = np.argpartition(-ps, depth, axis=1)[:, :depth]
+    return np.take_along_axis(top, np.argsort(-np.take_along_axis(ps, top, 1), axis=1), 1)
+
+
 def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     """Appends one record per (budget, seed, design) for the queries `rows`."""
     s = tgt.q[rows] @ tgt.d.T
@@ -126,15 +149,13 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     x_all = np.sort(s, axis=1)[:, ::-1]
     k_exact = np.where(np.isnan(pos), -1, scores_lib.count_above(x_all, pos))
     truth = metrics.map_from_counts(k_exact, args.k, fixed)
-    ps = prx.q[rows] @ prx.d.T
-    top = np.argpartition(-ps, args.depth, axis=1)[:, : args.depth]
-    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(ps, top, 1), axis=1), 1)
-    best = design.best_ranks([top], tgt.d.shape[0])
+    top = top_lists(prx, rows, args.depth)
     n = tgt.d.shape[0]
+    best = design.best_ranks([top], n)
     m = TailSettings().top_m
     st = settings(args.k, args.nested)
+    priority = design.fused([top], n) if args.fill else None
     for f in budgets:
-        priority = design.fused([top], tgt.d.shape[0]) if args.fill else None
         plan = design.plan(
             best, f, census_share=args.census_share, max_depth=args.depth, priority=priority
         )
@@ -197,10 +218,7 @@ def table(records) -> str:
 def main() -> None:
     args = _parse()
     budgets = [float(b) for b in args.budgets.split(",")]
-    records: list[dict] = []
-    if args.out and os.path.exists(args.out):
-        with open(args.out) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+    records = read_records(args.out)
     done = {r["set"] for r in records}
 
     def one(rows, label, name, seeds):
@@ -212,9 +230,7 @@ def main() -> None:
         for r in new:
             r["set"] = name
         records.extend(new)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.writelines(json.dumps(r, default=float) + "\n" for r in new)
+        append_records(args.out, new)
 
     for pair in args.pairs.split(","):
         t_name, p_name = pair.split(":")

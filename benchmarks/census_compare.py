@@ -16,7 +16,6 @@ Command (after text_galleries.py has written the dev folders, minilm8 included):
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -56,9 +55,7 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
     st = bench.settings(args.k, args.nested)
     sa, sb = _system(a, rows), _system(b, rows)
     truth = [metrics.map_from_counts(s[3], args.k, s[2]) for s in (sa, sb)]
-    ps = prx.q[rows] @ prx.d.T
-    top = np.argpartition(-ps, args.depth, axis=1)[:, : args.depth]
-    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(ps, top, 1), axis=1), 1)
+    top = bench.top_lists(prx, rows, args.depth)
     best, fused = design.best_ranks([top], n), design.fused([top], n)
     out = []
     for f in (float(x) for x in args.budgets.split(",")):
@@ -122,10 +119,7 @@ def main() -> None:
     for other in (b, prx):
         if not (np.array_equal(a.qids, other.qids) and np.array_equal(a.dids, other.dids)):
             raise ValueError("the three folders are not the same benchmark's ids")
-    records: list[dict] = []
-    if args.out and os.path.exists(args.out):
-        with open(args.out) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+    records = bench.read_records(args.out)
     done = {r["set"] for r in records}
     order = np.argsort(sampling.hash_uniform(a.qids, 38))
     sets = [
@@ -140,9 +134,7 @@ def main() -> None:
         seeds = args.full_seeds if name.startswith("all") else args.seeds
         new = run_set(a, b, prx, rows, name, args, seeds)
         records.extend(new)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.writelines(json.dumps(r, default=float) + "\n" for r in new)
+        bench.append_records(args.out, new)
     print(table(records))
 
 
