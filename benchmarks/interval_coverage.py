@@ -120,7 +120,11 @@ CANDIDATES = (
     ),
     (
         "max",
-        lambda r: [max(r["sd_distractor"] or 0.0, sd_subsamples(r)), r["sd_model"], r["sd_counts"]],
+        lambda r: [
+            intervals.sampling_sd(r["sd_distractor"], sd_subsamples(r)),
+            r["sd_model"],
+            r["sd_counts"],
+        ],
     ),
 )
 
