@@ -87,6 +87,8 @@ def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
         "sd_query": unc.sd_query,
         "sd_distractor": unc.sd_distractor,
         "sd_model": unc.sd_model,
+        "prior_spread": unc.prior_spread,
+        "prior_deviation": unc.prior_deviation,
         "sd_realized": unc.sd_realized,
         "sd_subsample": unc.sd_subsample,
         "sd_counts": float(realization.mean_sd(spread.counts[0])),

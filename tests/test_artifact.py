@@ -168,6 +168,7 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
         "sd_distractor",
         "threshold_deviation",
         "prior_deviation",
+        "prior_spread",
         "sd_realized",
         "sd_subsample",
     )
@@ -206,9 +207,10 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert unc["ci90_queries"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
     model = np.hypot(
         IntervalSettings().threshold_sd * unc["threshold_deviation"],
-        IntervalSettings().prior_sd * unc["prior_deviation"],
+        IntervalSettings().prior_sd * unc["prior_spread"],
     )
-    assert unc["prior_deviation"] > 0 and unc["sd_model"] == pytest.approx(model)
+    assert 0 < unc["prior_spread"] < unc["prior_deviation"]
+    assert unc["sd_model"] == pytest.approx(model)
     assert unc["ci90"][0] < point < unc["ci90"][1]
 
     # The job from the artifact, and a comparison of the two predictions (the same system).

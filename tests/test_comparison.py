@@ -115,6 +115,16 @@ def test_paired_deviation_of_the_difference():
     assert paired(priors(0.5, 0.53, 0.46), pred(0.4, 0.4, 0.4)) == 0.0
 
 
+def test_prior_term_of_the_difference():
+    # Both systems' query-by-query prior terms in quadrature (their errors independent).
+    a = _pred(0.5, prior_maps=(0.53, 0.46), prior_spread=0.003)
+    b = _pred(0.4, prior_maps=(0.42, 0.37), prior_spread=0.004)
+    assert compare.prior_term(a, b) == pytest.approx(0.005)
+    # Files written before the spread: the paired move under the other priors, as before.
+    old_a, old_b = _pred(0.5, prior_maps=(0.53, 0.46)), _pred(0.4, prior_maps=(0.42, 0.37))
+    assert compare.prior_term(old_a, old_b) == pytest.approx(paired(old_a, old_b, "prior_maps"))
+
+
 def test_paired_adds_the_threshold_term_in_quadrature():
     rng = np.random.default_rng(4)
     base = rng.beta(0.6, 0.9, 600)
@@ -166,7 +176,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
     assert out["difference"] == pytest.approx(a["map"] - b["map"], abs=1e-9)
     assert a["uncertainty"]["sd_distractor"] > 0 and out["threshold_deviation"] > 0
     # Every term in quadrature: the paired query sd, both sampling sds (each the larger of its
-    # nested and sub-samples' reads), the threshold term, both realized-value sds.
+    # nested and sub-samples' reads), the threshold term, both systems' query-by-query prior
+    # terms, both realized-value sds.
     diff = np.asarray(a["per_query_ap"]) - np.asarray(b["per_query_ap"])
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
@@ -178,7 +189,8 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
         max(sd_d[0], sd_s[0]) ** 2
         + max(sd_d[1], sd_s[1]) ** 2
         + (factors.threshold_sd * out["threshold_deviation"]) ** 2
-        + (factors.prior_sd * out["prior_deviation"]) ** 2
+        + (factors.prior_sd * a["uncertainty"]["prior_spread"]) ** 2
+        + (factors.prior_sd * b["uncertainty"]["prior_spread"]) ** 2
         + sd_r[0] ** 2
         + sd_r[1] ** 2
     )

@@ -130,6 +130,44 @@ def test_intervals_add_the_realized_term_for_these_queries():
     )
 
 
+def test_prior_spread_is_the_queries_moves_as_independent_errors():
+    rng = np.random.default_rng(3)
+    per_query = rng.uniform(0.1, 0.9, (2, 50))  # two items of 50 queries
+    moved = per_query + rng.normal(0.0, 0.05, (2, 2, 50))  # under two other priors
+    weights = rng.uniform(0.0, 1.0, (2, 50))
+    got = intervals.prior_spread(moved, per_query, weights)
+    for i in range(2):  # a literal transcription of the formula, query by query
+        w = weights[i] / weights[i].sum()
+        d = [max(abs(moved[t, i, q] - per_query[i, q]) for t in range(2)) for q in range(50)]
+        assert got[i] == pytest.approx(np.sqrt(sum((w[q] * d[q]) ** 2 for q in range(50))))
+    # The same move on every query: the aggregate deviation stays, the spread falls as 1/sqrt(Q).
+    for q in (40, 1000):
+        same = np.full((1, q), 0.3)
+        assert intervals.prior_spread(same[None] + 0.02, same)[0] == pytest.approx(0.02 / q**0.5)
+    # The model term uses the spread where it is given, the aggregate deviation where not.
+    uncs = intervals.item_intervals(
+        per_query, settings=SETTINGS, query_replicates=200, seed=0, weights=weights,
+        priors=np.einsum("tiq,iq->ti", moved, weights / weights.sum(1, keepdims=True)),
+        spread=got,
+    )  # fmt: skip
+    for unc, spread in zip(uncs, got, strict=True):
+        assert unc.prior_spread == pytest.approx(spread)
+        assert unc.sd_model == pytest.approx(SETTINGS.prior_sd * spread)
+        assert unc.prior_deviation > unc.prior_spread
+
+
+def test_prediction_spread_matches_the_per_query_values_under_the_priors():
+    bench = simulate.make_benchmark(60, 10**6, "kumaraswamy", seed=2, **simulate.REGIMES["paper"])
+    sc = simulate.draw(bench, 0.01, 2000, seed=2).scores
+    settings = PredictSettings()  # the default estimator, with its other priors
+    h = prediction.estimate(sc, settings)
+    got = prediction.at_target(sc, settings, h, 1e6)[f"map@{settings.k}"].interval
+    aps = evaluate.per_query_aps(h, [1e6], settings.k, sc.fixed_counts, sc, priors=True)[:, 0]
+    want = intervals.prior_spread(aps[1:, None], aps[:1])[0]  # independent of the pass's path
+    assert got.prior_spread == pytest.approx(want, rel=1e-6, abs=1e-9) and want > 0
+    assert got.sd_model == pytest.approx(settings.intervals.prior_sd * want, rel=1e-6)
+
+
 def test_intervals_take_the_larger_of_the_distractor_and_subsample_sds():
     # The sampling part for these queries is the larger of the nested replicates' sd and the
     # sub-samples' sd, never both; the model and realized terms join it in quadrature.

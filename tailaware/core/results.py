@@ -160,7 +160,8 @@ class Interval(NamedTuple):
         twice the excesses (0 without a tail model).
       prior_deviation: how far it moves under a flatter or a steeper prior on the tail shape.
       sd_model: the tail model's error, hypot(threshold_sd x threshold_deviation, prior_sd x
-        prior_deviation) (`IntervalSettings`).
+        prior_spread) (`IntervalSettings`; x prior_deviation in a file written before
+        prior_spread was).
       ci90, ci95: the `Bounds` at 90% and 95%.
       threshold_maps: the threshold reruns' values of the metric (half, twice the excesses), or
         None (the name is mAP@k's, kept in prediction.json).
@@ -171,6 +172,9 @@ class Interval(NamedTuple):
       sd_subsample: the prediction's moves between the budget check's nested sub-samples,
         read as the sampling sd at S (`tailaware.protocol.budget.subsample_sd`): in the interval
         for these queries; 0 when not measured (and in a file written before it was).
+      prior_spread: each query's move under the other priors, combined over the queries as
+        independent errors (`intervals.prior_spread`); 0 when not measured (and in a file
+        written before it was).
     """
 
     method: str
@@ -186,6 +190,7 @@ class Interval(NamedTuple):
     prior_maps: tuple[float, ...] | None = None
     sd_realized: float = 0.0
     sd_subsample: float = 0.0
+    prior_spread: float = 0.0
 
 
 class Curve(NamedTuple):

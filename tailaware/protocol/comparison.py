@@ -1,14 +1,13 @@
 """Comparing two systems evaluated on the same queries: is A better than B at gallery size N?
 
 Two questions, as for one system (`intervals`). For these queries, the difference the two full
-evaluations would print is uncertain through the systems' distractor samples (nested bootstrap
-sds, independent of each other), their realized counts around the law's expectation
-(`Interval.sd_realized`, taken as independent: two systems scoring the same distractors may
-move together, and the sum then overstates it), each system's sampling sd being the larger of
-its nested and sub-samples' reads as in its own interval (`intervals.sampling_sd`), and the
-tail models
-(`paired_deviation`: how far A - B moves when both estimates are rerun at other tail
-thresholds, and under other priors on the tail shape, scaled as a single system's model term,
+evaluations would print is uncertain through the systems' distractor samples (each system's
+sampling sd the larger of its nested and sub-samples' reads, as in its own interval,
+`intervals.sampling_sd`; independent of each other), their realized counts around the law's
+expectation (`Interval.sd_realized`, taken as independent: two systems scoring the same
+distractors may move together, and the sum then overstates it), and the tail models (how far
+A - B moves when both estimates are rerun at other tail thresholds, `paired_deviation`, and
+both systems' query-by-query prior terms, `prior_term`; scaled as a single system's model term,
 `intervals.sd_model`); all in quadrature. Over queries like these, the comparison is paired
 (paper App. C, ranking resolution): the bootstrap resamples queries once per replicate and
 takes the mean difference of the two systems on the same resample, which cancels the
@@ -64,7 +63,7 @@ def paired(
         of the nested bootstrap's and the sub-samples', `intervals.sampling_sd`); 0 where not
         measured.
       deviation: the difference's threshold sensitivity (`paired_deviation`).
-      prior_deviation: the difference's sensitivity to the prior on the tail shape.
+      prior_deviation: the difference's prior term (`prior_term`).
       settings: the model terms' factors (as in a single system's interval).
       sd_realized: the sd of the realized difference around its expectation (both systems'
         realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
@@ -133,6 +132,16 @@ def paired_deviation(
     return float(np.max(np.abs(moves[0] - moves[1])))
 
 
+def prior_term(a: MetricPrediction, b: MetricPrediction) -> float:
+    """Returns the difference's prior term: the two systems' query-by-query prior terms
+    (`Interval.prior_spread`) in quadrature, their errors taken as independent. From files
+    written before those terms, the paired move under the other priors (`paired_deviation`)."""
+    sa, sb = (0.0 if p.interval is None else p.interval.prior_spread for p in (a, b))
+    if not (sa or sb):
+        return paired_deviation(a, b, "prior_maps")
+    return float(np.hypot(sa, sb))
+
+
 def _check_pair(a: Prediction, b: Prediction) -> None:
     """Raises a ValueError naming the field in which two predictions cannot be paired."""
     for field in ("n_target", "k"):
@@ -189,7 +198,7 @@ def compare(
             sd_distractor_a=_sd_distractor(x),
             sd_distractor_b=_sd_distractor(y),
             deviation=dev,
-            prior_deviation=dev_prior,
+            prior_deviation=prior_term(x, y),
             settings=settings,
             sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
         )

@@ -74,7 +74,10 @@ def at_sizes(
         values[0, :, 0],
         settings,
         rows.terms(
-            means, _realized_each(art, sizes, settings), _first(_subsample_at(art, sizes, k))
+            means,
+            _realized_each(art, sizes, settings),
+            _first(_subsample_at(art, sizes, k)),
+            per_query=values[:, :, 0],
         ),
         sd_distractor=distractor_sd_at(art, sizes, k)[0],
     )

@@ -10,7 +10,9 @@ interval only (`intervals`):
   inherit their noise (`nested.nested_bootstrap`, or a stored sd).
 * the tail model itself: how far the prediction moves when the tail threshold keeps half or
   twice the excesses, and under a flatter or a steeper prior on the tail shape; no resampling of
-  the data sees it (`IntervalSettings`).
+  the data sees it (`IntervalSettings`). The prior's term is each query's move, combined over
+  the queries as independent errors (`prior_spread`): it shrinks as 1 / sqrt(queries), as the
+  error does on real text (docs/validation.md, "The prior's term, query by query").
 
 `intervals` combines them at one gallery size into an `Interval`; `item_intervals` for every
 reported item (a metric at one size, a group of the ILIAS report).
@@ -86,6 +88,30 @@ def sd_model(
     )
 
 
+def prior_spread(
+    moved: ArrayLike, per_query: ArrayLike, weights: ArrayLike | None = None
+) -> np.ndarray:
+    """Returns [I] each item's prior term: sqrt(sum_q (w_q d_q)^2), d_q the query's largest
+    move under the other priors and w_q its normalised weight in the item.
+
+    Args:
+      moved: [T, I, Q] the per-query values under the T other priors.
+      per_query: [I, Q] the estimate's.
+      weights: [I, Q] the items' query weights, or None (uniform).
+
+    Each query's tail shape is its own unknown, so the errors the moves stand for are taken as
+    independent across queries: the aggregate move (their mean, `deviation`) does not shrink
+    with the query count, the error does (docs/validation.md, "The prior's term, query by
+    query").
+    """
+    v = np.asarray(per_query, np.float64)
+    w = np.ones_like(v) if weights is None else np.asarray(weights, np.float64)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
+    d = np.max(np.abs(np.asarray(moved, np.float64) - v), axis=0)  # [I, Q]
+    out: np.ndarray = np.sqrt(np.sum((w * d) ** 2, axis=-1))
+    return out
+
+
 def in_range(lo: float, hi: float, low: float = 0.0) -> tuple[float, float]:
     """Returns (lo, hi) cut to [low, 1]: the range of mAP@k, or of a difference of two (low =
     -1); a normal widening can pass it."""
@@ -129,6 +155,7 @@ def intervals(
     prior_deviation: float = 0.0,
     sd_realized: float = 0.0,
     sd_subsample: float = 0.0,
+    spread: float | None = None,
 ) -> Interval:
     """Returns the reported `Interval` at one gallery size: two intervals per level.
 
@@ -139,7 +166,7 @@ def intervals(
     sd (`sampling_sd`): the nested replicates' and the prediction's moves between nested
     sub-samples of the sample (`sd_subsample`: sampling noise and the extrapolation's drift
     with S, which the resampled replicates do not see). The tail model's term, a normal error
-    of sd `sd_model(deviation, prior_deviation)`, and the counts' own noise around the law's
+    of sd `sd_model(deviation, spread)`, and the counts' own noise around the law's
     expectation (`sd_realized`, shrinking as 1 / sqrt(queries): `core.realization`) are added
     to it in quadrature on each side. Over queries like these (`Bounds.queries`): that interval
     widened on each side, in quadrature, by the query bootstrap's percentile interval
@@ -161,6 +188,8 @@ def intervals(
         interval is normal. Ignored when `nested` is given.
       prior_deviation: how far the prediction moves under other priors on the tail shape; 0
         without a tail posterior.
+      spread: the prior's term query by query (`prior_spread`), which the model term uses;
+        None: `prior_deviation` instead (an item without per-query values under the priors).
       sd_realized: the sd of the realized value around the law's expectation on these queries
         (`core.realization.mean_sd`); 0 when not measured.
       sd_subsample: the sub-samples' sd (`budget.subsample_sd`); 0 when not measured.
@@ -173,7 +202,7 @@ def intervals(
         sd_combined = float(np.std(nested[1], ddof=1))
     elif sd_distractor is not None:
         sd_d = float(sd_distractor)
-    sd_m = sd_model(deviation, prior_deviation, settings)
+    sd_m = sd_model(deviation, prior_deviation if spread is None else spread, settings)
     bounds = []
     for level in LEVELS:
         lo, hi = percentile_interval(query_reps, level)
@@ -207,6 +236,7 @@ def intervals(
         ci95=bounds[1],
         sd_realized=float(sd_realized),
         sd_subsample=float(sd_subsample),
+        prior_spread=0.0 if spread is None else float(spread),
     )
 
 
@@ -230,6 +260,7 @@ def item_intervals(
     sd_distractor: np.ndarray | None = None,
     sd_realized: np.ndarray | None = None,
     sd_subsample: np.ndarray | None = None,
+    spread: np.ndarray | None = None,
 ) -> list[Interval]:
     """Returns the `Interval` of each reported item: a weighted mean of per-query values.
 
@@ -250,6 +281,8 @@ def item_intervals(
         or None; ignored for an item with `nested` replicates.
       sd_realized: [I] the sd of each item's realized value around its expectation, or None.
       sd_subsample: [I] each item's sub-samples' sd (`budget.subsample_sd`), or None.
+      spread: [I] each item's prior term query by query (`prior_spread`), or None (the
+        aggregate prior deviation instead).
 
     Each `Interval` also holds `threshold_maps` and `prior_maps`: the reruns' values (half, twice
     the excesses; flatter, steeper prior), which a comparison pairs across two systems.
@@ -278,6 +311,7 @@ def item_intervals(
             prior_deviation=dev_prior[i],
             sd_realized=real,
             sd_subsample=sub,
+            spread=None if spread is None else float(spread[i]),
         )
         out.append(unc._replace(threshold_maps=_listed(reruns, i), prior_maps=_listed(priors, i)))
     return out

@@ -114,11 +114,20 @@ class Rows(NamedTuple):
         values: np.ndarray,
         realized: np.ndarray | None = None,
         subsample: np.ndarray | None = None,
+        *,
+        per_query: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
     ) -> "Terms":
         """Returns the interval `Terms` of items whose values under each weighting are `values`
         [W, I] (rows as these), with their realized-value sds `realized` [I] and sub-samples'
-        sds `subsample` [I], each or None."""
-        return Terms(_terms(values[self.reruns]), _terms(values[self.priors]), realized, subsample)
+        sds `subsample` [I], each or None. Their per-query values `per_query` [W, I, Q] (query
+        weights `weights` [I, Q], None: uniform) give the prior's term query by query."""
+        spread = None
+        if per_query is not None and len(per_query[self.priors]):
+            spread = intervals.prior_spread(per_query[self.priors], per_query[0], weights)
+        return Terms(
+            _terms(values[self.reruns]), _terms(values[self.priors]), realized, subsample, spread
+        )
 
 
 class Terms(NamedTuple):
@@ -129,16 +138,11 @@ class Terms(NamedTuple):
     priors: np.ndarray | None  # [T, I] under the other priors on the tail shape
     realized: np.ndarray | None  # [I] the sd of each realized value around its expectation
     subsample: np.ndarray | None = None  # [I] the sub-samples' sd (`budget.subsample_sd`)
+    spread: np.ndarray | None = None  # [I] the prior's term query by query
 
     def cut(self, part: slice) -> "Terms":
         """Returns the terms of the items `part` alone."""
-        reruns, priors, realized, subsample = self
-        return Terms(
-            None if reruns is None else reruns[:, part],
-            None if priors is None else priors[:, part],
-            None if realized is None else realized[part],
-            None if subsample is None else subsample[part],
-        )
+        return Terms(*(None if t is None else t[..., part] for t in self))
 
 
 def variants(
@@ -292,6 +296,7 @@ def combined_intervals(
         sd_distractor=sd_distractor,
         sd_realized=terms.realized,
         sd_subsample=terms.subsample,
+        spread=terms.spread,
     )
 
 
@@ -330,6 +335,7 @@ def metric_predictions(
             means[:, :, m],
             None if realized is None else realized[m],
             None if subsample is None else subsample[m],
+            per_query=values[:, :, m, :],
         )
         if reps is None:
             sd_m = None if sd is None else sd[m]
@@ -832,7 +838,13 @@ def predicted_report(
     uncs = combined_intervals(
         in_views[0, view, metric],
         settings,
-        rows.terms(points, realized, subsample),
+        rows.terms(
+            points,
+            realized,
+            subsample,
+            per_query=in_views[:, view, metric],
+            weights=np.asarray(spec.weights),
+        ),
         weights=spec.weights,
         nested=_items_nested(reps),
     )

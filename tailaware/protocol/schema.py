@@ -45,6 +45,7 @@ def interval_json(interval: Interval) -> dict:
         out["sd_distractor"] = interval.sd_distractor
     out["threshold_deviation"] = interval.threshold_deviation
     out["prior_deviation"] = interval.prior_deviation
+    out["prior_spread"] = interval.prior_spread
     out["sd_model"] = interval.sd_model
     out["sd_realized"] = interval.sd_realized
     out["sd_subsample"] = interval.sd_subsample
@@ -405,6 +406,7 @@ def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
         prior_maps=maps("prior_maps"),
         sd_realized=float(unc.get("sd_realized", 0.0)),
         sd_subsample=float(unc.get("sd_subsample", 0.0)),
+        prior_spread=float(unc.get("prior_spread", 0.0)),
     )
 
 
