@@ -6,7 +6,8 @@ realized truth. This script re-estimates each record's query set from the same s
 under the flatter and the steeper prior on the tail shape (`evaluate.per_query_aps`), and
 writes the record with `prior_spread` (those moves combined as independent errors,
 `intervals.prior_spread`) and `prior_moved` (their aggregate move, which the records' 0.5 x
-`sd_model` was). Then it prints, per benchmark, fraction and set size, the coverage of the
+`sd_model` was). Records that already hold `prior_spread` (interval_coverage.py from 6a60460 on)
+are read as they are. Then it prints, per benchmark, fraction and set size, the coverage of the
 interval for these queries and its median half-width over the MAE with the model term each
 way: 0.5 x the aggregate move (the rule before) and `--factor` x the spread. Only the model
 term changes; the sampling and realized terms are the records'. ~5 s a record on 2 cores;
@@ -75,7 +76,7 @@ def table(records: list[dict], factors: list[float]) -> list[str]:
         size = "all" if r["set"].startswith("all") else "set"
         cells[(r["benchmark"], r["fraction"], size)].append(r)
         cells[("pooled", "", size)].append(r)
-    rules = [("0.5 x move", lambda r: r["sd_model"])] + [
+    rules = [("0.5 x move", lambda r: 0.5 * r["prior_moved"])] + [
         (f"{f:g} x spread", lambda r, f=f: f * r["prior_spread"]) for f in factors
     ]
     out = [
@@ -111,7 +112,9 @@ def main():
             done = {r["key"]: r for r in map(json.loads, f)}
     groups = collections.defaultdict(list)
     for r in records:
-        if r["key"] not in done:
+        if "prior_spread" in r:  # interval_coverage records of a commit that writes the spread
+            done[r["key"]] = dict(r, prior_moved=r["prior_deviation"])
+        elif r["key"] not in done:
             groups[(r["benchmark"], r["fraction"], r["draw"])].append(r)
     for (name, frac, draw), recs in groups.items():
         bench = manifest[name]
