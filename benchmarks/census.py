@@ -196,8 +196,8 @@ def table(records) -> str:
     lines = [
         "| target <- proxy | sets | Qk/N | budget | census % of N | x k per query | outrankers "
         "in census | within k | MAE uniform | MAE census | signed uniform | signed census "
-        "| cover90 uniform | cover90 census |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| cover90 uniform | cover90 census | half-width census |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(r["label"], r["budget"]) for r in records})
     for label, f in keys:
@@ -215,7 +215,8 @@ def table(records) -> str:
             f"| {100 * np.mean([r.get('found_k', np.nan) for r in c]):.0f}% "
             f"| {np.abs(err['uniform']).mean():.4f} | {np.abs(err['census']).mean():.4f} "
             f"| {err['uniform'].mean():+.4f} | {err['census'].mean():+.4f} "
-            f"| {cov['uniform']:.0%} | {cov['census']:.0%} |"
+            f"| {cov['uniform']:.0%} | {cov['census']:.0%} "
+            f"| {np.median([(r['hi'] - r['lo']) / 2 for r in c]):.4f} |"
         )
     return "\n".join(lines)
 
