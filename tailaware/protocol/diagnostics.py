@@ -216,7 +216,8 @@ def headline(point: float, interval: Interval, k: int, n_target: int) -> str:
         metric_line(f"mAP@{k}", point, interval, n_target) + f" (distractor sample sd {sd_d}; "
         f"the tail model's error sd {interval.sd_model:.4f}: it moves by "
         f"{interval.threshold_deviation:.4f} with its threshold and by "
-        f"{interval.prior_deviation:.4f} with the prior on its shape; queries sd "
+        f"{interval.prior_deviation:.4f} with the prior on its shape, "
+        f"{interval.prior_spread:.4f} query by query; queries sd "
         f"{interval.sd_query:.4f})"
     )
 
