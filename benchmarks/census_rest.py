@@ -7,10 +7,10 @@ positive's hardness) against its true count (brute force over the rest), beside 
 the uniform sample at the budget over all N and for a uniform sample at the rest's own rate:
 summed over positives (est / true) and the median per-positive log((est + 0.5) / (true + 0.5)).
 The third design separates the smaller sample from the census's taking each query's top items
-out of the rest. Query sets and census as benchmarks/census.py (share 0.5, fill).
+out of the rest. Query sets, census and flags as benchmarks/census.py (share 0.5, fill).
 
   python benchmarks/census_rest.py --cache=/work/cache/text --target=test-minilm-names \
-      --proxy=test-e5-names --sets=6 --seeds=2
+      --proxy=test-e5-names --budgets=0.01 --max_sets=6 --seeds=2
 """
 
 import argparse
@@ -32,13 +32,9 @@ from tailaware.tail.settings import TailSettings  # noqa: E402
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cache", default="/work/cache/text")
     p.add_argument("--target", default="test-minilm-names")
     p.add_argument("--proxy", default="test-e5-names")
-    p.add_argument("--budget", type=float, default=0.01)
-    p.add_argument("--sets", type=int, default=6)
-    p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--k", type=int, default=100)
+    bench.add_arguments(p)  # --budgets (the first is used), --seeds, --max_sets, --census_share
     return p.parse_args()
 
 
@@ -59,26 +55,28 @@ def main() -> None:
     tgt = bench.load(os.path.join(root, args.target, "features"))
     prx = bench.load(os.path.join(root, args.proxy, "features"))
     n, k, m = tgt.d.shape[0], args.k, TailSettings().top_m
+    budget = float(args.budgets.split(",")[0])
     st = bench.settings(k, 0)
     order = np.argsort(sampling.hash_uniform(tgt.qids, 38))
     got: dict[str, list] = {"uniform": [], "uniform at the rest's rate": [], "census rest": []}
-    for i in range(args.sets):
-        rows = np.sort(order[i * 40 : (i + 1) * 40])
+    for i in range(args.max_sets):
+        rows = np.sort(order[i * args.set_size : (i + 1) * args.set_size])
         s = tgt.q[rows] @ tgt.d.T
         pos, fixed = exact.positive_scores(
             tgt.q[rows] @ tgt.p.T, tgt.slots[rows], tgt.relevant[rows]
         )
         k_all = outrankers(s, pos, np.ones(n, bool))
         near = ~np.isnan(pos) & (k_all < k) & (k_all > 0)
-        top = bench.top_lists(prx, rows, 1000)
+        top = bench.top_lists(prx, rows, args.depth)
         plan = design.plan(
-            design.best_ranks([top], n), args.budget, census_share=0.5, max_depth=1000,
+            design.best_ranks([top], n), budget, census_share=args.census_share,
+            max_depth=args.depth,
             priority=design.fused([top], n),
         )  # fmt: skip
         k_rest = outrankers(s, pos, ~plan.census)
         for seed in range(args.seeds):
             for name, rate in (
-                ("uniform", args.budget),
+                ("uniform", budget),
                 ("uniform at the rest's rate", plan.inclusion),
             ):
                 h = prediction.estimate(
