@@ -94,9 +94,7 @@ class Folder:
 
 
 def load(path: str) -> Folder:
-    # LSA maps a text with no known term to the zero vector, which the readers refuse (not
-    # L2-normalised); here such rows just score 0 against everything.
-    features.check_normalised = lambda *_: None
+    """Reads a benchmark's ILIAS-format folder (the readers' checks on, as any job's)."""
     queries = ilias_folder.read_split(path, features.IMAGE_QUERIES)
     dim = queries.features.shape[1]
     positives = ilias_folder.read_split(path, features.POSITIVES, dim=dim)
