@@ -5,6 +5,7 @@ import pytest
 
 from tailaware.core import evaluate, sampling
 from tailaware.io.errors import InputError
+from tailaware.io.scores import make_scores
 from tailaware.protocol import budget
 from tailaware.sim import simulate
 from tailaware.tail import estimators
@@ -32,6 +33,26 @@ def test_thin_is_a_uniform_subsample(bench):
     np.testing.assert_allclose(
         np.median(small.tail_scores[:, 0]), np.median(direct.tail_scores[:, 0]), atol=0.01
     )
+
+
+def test_thin_with_ids_is_the_gallery_subsample_by_brute_force():
+    # A file that names its distractors thins by one coin per distractor: the result is the
+    # sample the gallery would give for the kept distractors, scored from scratch.
+    rng = np.random.default_rng(7)
+    q, s = 30, 500
+    scores = np.tanh(rng.standard_normal((q, s)) * 0.3)
+    pos = np.tanh(rng.standard_normal((q, 4)) * 0.3 + 0.6)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    counts = (scores[:, None, :] > pos[:, :, None]).sum(axis=2)
+    sc = make_scores(np.take_along_axis(scores, order, 1), pos, counts, s, tail_ids=order)
+    small = budget.thin(sc, 0.5, np.random.default_rng(8))
+    kept = np.unique(small.tail_ids[small.tail_ids >= 0])
+    assert small.n_sample == kept.size and 200 < kept.size < 300
+    sub = scores[:, kept]
+    want = np.take_along_axis(sub, np.argsort(-sub, axis=1, kind="stable"), 1)
+    np.testing.assert_array_equal(small.tail_scores, want.astype(np.float32))
+    assert all(set(row) == set(kept) for row in small.tail_ids)
+    np.testing.assert_array_equal(small.pos_counts, (sub[:, None, :] > pos[:, :, None]).sum(2))
 
 
 def test_nested_subsamples_are_nested(bench):

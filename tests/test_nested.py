@@ -1,12 +1,15 @@
 """The nested bootstrap: Poisson draws against scipy, the resampling's consistency, and its
 distractor spread against repeated independent samples."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 from scipy import stats
 
 from tailaware.core import evaluate
+from tailaware.io import scores as scores_lib
 from tailaware.protocol import nested
 from tailaware.sim import simulate
 from tailaware.tail import estimators, functional
@@ -64,3 +67,42 @@ def test_nested_sd_matches_repeated_draws():
             sds.append(nb.distractor.std(ddof=1))
     ratio = np.mean(sds) / np.std(preds, ddof=1)
     assert 0.6 < ratio < 1.6
+
+
+def test_shared_items_carry_the_samples_correlation_across_queries():
+    # One uniform sample of a gallery serves every query: a distractor drawn in (or left out)
+    # moves every query it is near. Here the queries' scores share most of their variation (a
+    # uniform sample of a large gallery is iid items: each has a common score and a query's
+    # own noise), so the mean over queries varies across independent samples far more than
+    # queries apart would make it. One bootstrap weight per distractor (the file's `tail_ids`)
+    # carries that; one per stored score (no ids) averages it away.
+    n, q, s = 10**6, 60, 20_000
+    rng = np.random.default_rng(0)
+    marginal = np.sort(rng.standard_normal(2_000_000) + 0.3 * rng.standard_normal(2_000_000))
+    x = np.exp(rng.uniform(np.log(1e-5), np.log(3e-3), (q, 3)))
+    pos = np.tanh(0.2 * marginal[((1 - x) * marginal.size).astype(int)])
+
+    def draw(seed):
+        r = np.random.default_rng(seed)
+        sc = np.tanh(0.2 * (r.standard_normal(s)[None, :] + 0.3 * r.standard_normal((q, s))))
+        order = np.argsort(-sc, axis=1, kind="stable")
+        counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
+        return scores_lib.make_scores(
+            np.take_along_axis(sc, order, 1), pos, counts, s, tail_ids=order
+        )
+
+    preds = [
+        evaluate.per_query_ap(estimators.count(sc), n, 100, sc.fixed_counts).mean()
+        for sc in map(draw, range(100, 116))
+    ]
+    truth = np.std(preds, ddof=1)
+    shared, apart = [], []
+    for r in range(2):
+        sc = draw(r)
+        for out, one in ((shared, sc), (apart, dataclasses.replace(sc, tail_ids=None))):
+            nb, _ = nested.nested_bootstrap(one, "count", TailSettings(), 100, [n], 50, seed=r)
+            out.append(nb.distractor.std(ddof=1))
+    # Loose below: the bootstrap cannot vary a count no sampled distractor makes (its blind
+    # spot, shared or not).
+    assert 0.35 < np.mean(shared) / truth < 1.6
+    assert np.mean(shared) > 2.0 * np.mean(apart)

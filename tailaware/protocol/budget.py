@@ -70,28 +70,44 @@ def require_sample(fraction: float, n_distractors: int, min_sample: int = MIN_SA
 def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:
     """Returns a uniform sub-sample keeping each sampled distractor with probability p.
 
-    Stored scores are kept by independent coins; a positive's count is the kept stored scores
-    above it plus a nested binomial of its unstored ones (counts of the positives sorted by
-    count grow by binomial increments, so they stay consistent with each other). The stored
-    width shrinks to the fewest kept scores of any query so that every row is complete.
+    A file that names its distractors (`tail_ids`) is thinned as the gallery would be: one coin
+    per distractor, shared by every query that stores it (a sub-sample of one sample serves all
+    queries, and its errors are correlated across them as the sample's are). Without ids each
+    stored score gets its own coin. A positive's count is the kept stored scores above it plus
+    a nested binomial of its unstored ones (counts of the positives sorted by count grow by
+    binomial increments, so they stay consistent with each other). The stored width shrinks to
+    the fewest kept scores of any query so that every row is complete.
     """
     if not 0.0 < p <= 1.0:
         raise ValueError(f"keep probability must be in (0, 1], got {p}")
     tail, mask = scores.tail_scores, scores.mask
     finite = np.isfinite(tail)
-    keep = finite & (rng.uniform(size=tail.shape) < p)
     n_stored = finite.sum(axis=1)
-    n_kept_stored = keep.sum(axis=1)
-    # S' is one number for all rows, but each row keeps its own stored scores by its own coins
-    # (rows are different distractors' scores); row 0's total stands for all, off by
-    # ~sqrt(M p (1 - p)) distractors in the others, negligible against S'.
-    s_new = int(n_kept_stored[0] + rng.binomial(scores.n_sample - int(n_stored[0]), p))
+    if scores.tail_ids is None:
+        keep = finite & (rng.uniform(size=tail.shape) < p)
+        # S' is one number for all rows, but each row keeps its own stored scores by its own
+        # coins (rows are different distractors' scores); row 0's total stands for all, off by
+        # ~sqrt(M p (1 - p)) distractors in the others, negligible against S'.
+        n_kept_stored = keep.sum(axis=1)
+        s_new = int(n_kept_stored[0] + rng.binomial(scores.n_sample - int(n_stored[0]), p))
+    else:
+        distinct, index = np.unique(scores.tail_ids[finite], return_inverse=True)
+        coin = rng.uniform(size=distinct.size) < p
+        keep = np.zeros_like(finite)
+        keep[finite] = coin[index]
+        unstored = max(int(scores.n_sample) - int(distinct.size), 0)  # in no query's row
+        s_new = int(coin.sum() + rng.binomial(unstored, p))
+        n_kept_stored = keep.sum(axis=1)
 
     order = np.argsort(~keep, axis=1, kind="stable")  # kept first, in descending score order
     kept_first = np.take_along_axis(keep, order, axis=1)
     new_tail = np.where(kept_first, np.take_along_axis(tail, order, axis=1), -np.inf)
     width = max(int(n_kept_stored.min()), 1)
     new_tail = new_tail[:, :width]
+    new_ids = None
+    if scores.tail_ids is not None:
+        new_ids = np.where(kept_first, np.take_along_axis(scores.tail_ids, order, axis=1), -1)
+        new_ids = new_ids[:, :width]
 
     # The stored scores above a positive are a prefix of its descending row: a sorted search
     # finds it, and the kept ones among them are a prefix sum of `keep` (memory [Q, P], not
@@ -119,6 +135,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         s_new,
         fixed_counts=np.where(mask, scores.fixed_counts, -1),
         query_ids=scores.query_ids,
+        tail_ids=new_ids,
         source=f"thin(p={p})",
     )
 

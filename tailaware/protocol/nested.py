@@ -1,9 +1,10 @@
 """The nested bootstrap: resample the distractor sample, rerun the estimator, in one jit call.
 
 The S sampled distractors are a sample of the pool, and the tail fits inherit their noise
-(paper App. C). `nested_bootstrap` resamples each query's distractor sample with Poisson(1)
-weights (the Poisson bootstrap of all S distractors, restricted to what the estimator reads: the
-top L stored scores and the counts) and reruns the estimator from scratch
+(paper App. C). `nested_bootstrap` resamples the distractor sample with Poisson(1) weights (the
+Poisson bootstrap of all S distractors, restricted to what the estimator reads: the top L stored
+scores and the counts; one weight per distractor, shared by every query that stores it, when
+the file names them) and reruns the estimator from scratch
 (`estimators.Estimator.traced`), vmapped over replicates in one compiled program. Resampled stored
 scores keep their order; a positive's resampled count is the weight of the stored scores above
 it plus a nested Poisson draw for the unstored distractors above it, so counts and tail stay
@@ -124,7 +125,7 @@ def _repeat(tail, w, cw):
     return tail[jnp.clip(item, 0, width - 1)]
 
 
-def resample(key, tail, pos, counts, mask):
+def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
     """Returns a Poisson-bootstrap (tail [Q, L], counts [Q, P]) of every query's sample.
 
     Args:
@@ -133,11 +134,19 @@ def resample(key, tail, pos, counts, mask):
       pos: [Q, P] positive scores (padding arbitrary).
       counts: [Q, P] float sampled distractors above each positive (>= the stored ones above).
       mask: [Q, P] real positives.
+      item: [Q, L] int32 index (< `num_items`) of each stored score's distractor, or None. With
+        it, a distractor's Poisson weight is drawn once and shared by every query that stores
+        it, as the sample itself is: one item drawn into (or out of) the sample moves every
+        query it is near. Without it each stored score gets its own weight.
+      num_items: the distinct distractors `item` indexes (static).
     """
     k_tail, k_rest = jax.random.split(key)
     finite = jnp.isfinite(tail)
     width = tail.shape[1]
-    w = jnp.where(finite, poisson_one(k_tail, tail.shape), 0)
+    if item is None:
+        w = jnp.where(finite, poisson_one(k_tail, tail.shape), 0)
+    else:
+        w = jnp.where(finite, poisson_one(k_tail, (num_items,))[item], 0)
     cw = jnp.cumsum(w, axis=1)
     new_tail = jax.vmap(_repeat)(tail, w, cw)
     n_finite = jnp.sum(finite, axis=1)[:, None]
@@ -162,7 +171,16 @@ def resample(key, tail, pos, counts, mask):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("k", "traced", "settings", "metric_list", "gains", "batch_size", "num_atoms"),
+    static_argnames=(
+        "num_items",
+        "k",
+        "traced",
+        "settings",
+        "metric_list",
+        "gains",
+        "batch_size",
+        "num_atoms",
+    ),
 )
 def _nested(
     keys,
@@ -170,7 +188,9 @@ def _nested(
     cores: functional.Core,
     sizes,
     items,
+    shared,
     *,
+    num_items,
     tables,
     grouping,
     k,
@@ -188,7 +208,7 @@ def _nested(
         c = jax.tree.map(lambda a: a[row], cores)
         drawn_again = row == 0
         k_q, k_d = jax.random.split(key)
-        tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
+        tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask, shared, num_items)
         tail = jnp.where(drawn_again, tail, c.tail)
         counts = jnp.where(drawn_again, counts, c.counts)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
@@ -239,6 +259,17 @@ def _nested(
     return jax.lax.map(one, (keys, rows), batch_size=batch_size if batch_size > 1 else None)
 
 
+def shared_items(scores: SampledScores, width: int) -> tuple[jax.Array | None, int]:
+    """Returns ([Q, width] int32 index of each of the first `width` stored scores' distractor
+    among the distinct ones, their number U), or (None, 0) for a file without `tail_ids`.
+    Padding (-1) takes index 0; its weight is never read."""
+    if scores.tail_ids is None:
+        return None, 0
+    ids = scores.tail_ids[:, :width]
+    distinct, index = np.unique(np.where(ids >= 0, ids, ids.max(initial=0)), return_inverse=True)
+    return jnp.asarray(index.reshape(ids.shape), jnp.int32), int(distinct.size)
+
+
 def nested_bootstrap(
     scores: SampledScores,
     estimator: str,
@@ -259,9 +290,10 @@ def nested_bootstrap(
     """Returns (nested-bootstrap replicates of every metric@k at each gallery size, the
     estimator's metrics and items on each of the `extra` samples, `Extra`).
 
-    Every replicate resamples each query's distractor sample (Poisson weights), reruns the
-    estimator and evaluates the law (`evaluate.traced_values`); it also draws a resample of
-    queries.
+    Every replicate resamples the distractor sample (Poisson weights, one per distractor shared
+    by every query that stores it when the file names them, `SampledScores.tail_ids`; else one
+    per stored score), reruns the estimator and evaluates the law (`evaluate.traced_values`); it
+    also draws a resample of queries.
 
     Args:
       scores: the sample.
@@ -304,9 +336,12 @@ def nested_bootstrap(
     pad = size * parts - total  # rows evaluated and dropped
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
     padded = jnp.asarray(np.concatenate([rows, np.repeat(rows[-1:], pad)]))
+    shared, num_items = shared_items(scores, int(cores.tail.shape[2]))
     run = functools.partial(
         _nested,
         cores=cores,
+        shared=shared,
+        num_items=num_items,
         sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         items=None if items is None else jax.tree.map(jnp.asarray, items),
         tables=law.rank_tables(int(k), gains),

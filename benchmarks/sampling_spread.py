@@ -1,0 +1,135 @@
+"""The distractor bootstrap's sd against the spread of predictions over independent samples.
+
+One uniform sample serves every query of a benchmark: a distractor drawn in (or left out) moves
+every query it is near, so the sampling errors of a query set's queries are correlated, and the
+error of their mean falls slower than 1 / sqrt(queries). The nested bootstrap draws one Poisson
+weight per distractor, shared by every query that stores it (`nested.shared_items`, from the
+file's `tail_ids`); without ids it draws one per stored score. On the real-text benchmarks of
+`benchmarks/text_galleries.py` (run with `--draws=10` for ten independent id-hash samples per
+fraction) each query set is predicted from each draw as a user would (`interval_coverage.one`)
+twice: with the ids (shared weights) and without (`tail_ids=None`). The truth of the sampling
+noise is the spread of the predictions over the draws (the gallery and its truth are fixed).
+Printed per benchmark, fraction and set: the draws' mean error (the bias no sampling term can
+carry), the sd of the predictions over draws, the median bootstrap sd both ways with its ratio
+to that sd, and the MAE, the coverage of `ci90` (these queries) and its median half-width over
+the MAE. Every prediction is one JSON line of `--out` (a rerun skips those done).
+
+  python benchmarks/sampling_spread.py --cache=/work/cache/text --split=dev \
+      --out=workdir/sampling_spread_dev.jsonl
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import interval_coverage as coverage  # noqa: E402
+
+from tailaware.io import scores as scores_lib  # noqa: E402
+from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache", default="/work/cache/text")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--benchmarks", default="", help="comma-separated names (default: the split's)")
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--size", type=int, default=40, help="queries per small set")
+    p.add_argument("--sets", type=int, default=0, help="small sets per benchmark (and the whole)")
+    p.add_argument("--fractions", default="0.01,0.05")
+    p.add_argument("--draws", type=int, default=10)
+    p.add_argument("--nested", type=int, default=30)
+    p.add_argument("--apart", type=int, default=1, help="also predict without ids (0: skip)")
+    p.add_argument("--out", default="workdir/sampling_spread.jsonl")
+    return p.parse_args()
+
+
+def summarize(records: list[dict]) -> list[str]:
+    """Returns the table: one row per benchmark, fraction and set."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["benchmark"], r["fraction"], r["set"]), []).append(r)
+    head = f"{'benchmark':<22}{'frac':>6}{'set':>9}{'draws':>6}{'bias':>9}{'sd draws':>10}"
+    head += f"{'shared':>9}{'ratio':>7}{'apart':>9}{'ratio':>7}{'MAE':>8}{'ci90':>6}{'hw/MAE':>8}"
+    lines = [head]
+    for (bench, frac, name), rs in sorted(groups.items()):
+        if len(rs) < 3:
+            continue
+        maps = np.array([r["map"] for r in rs])
+        spread = maps.std(ddof=1)
+        shared = float(np.median([r["sd_shared"] for r in rs]))
+        apart = float(np.median([r["sd_apart"] or np.nan for r in rs]))
+        bias = maps.mean() - rs[0]["truth"]
+        mae = float(np.mean([abs(r["map"] - r["truth"]) for r in rs]))
+        cover = np.mean([r["ci90"][0] <= r["truth"] <= r["ci90"][1] for r in rs])
+        half = float(np.median([(r["ci90"][1] - r["ci90"][0]) / 2 for r in rs]))
+        lines.append(
+            f"{bench:<22}{frac:>6}{name:>9}{len(rs):>6}{bias:>+9.4f}{spread:>10.4f}"
+            f"{shared:>9.4f}{shared / spread:>7.2f}{apart:>9.4f}{apart / spread:>7.2f}"
+            f"{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}"
+        )
+    return lines
+
+
+def main():
+    args = _parse()
+    with open(os.path.join(args.cache, "manifest.json")) as f:
+        manifest = json.load(f)
+    wanted = set(filter(None, args.benchmarks.split(",")))
+    done = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            for line in f:
+                r = json.loads(line)
+                done[r["key"]] = r
+    settings = PredictSettings(
+        k=args.k, protocol=ProtocolSettings(nested_replicates=args.nested, curve_points=2)
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    for bench in manifest["benchmarks"]:
+        if bench["split"] != args.split or (wanted and bench["name"] not in wanted):
+            continue
+        exact = scores_lib.load_scores(bench["truth"])
+        n_full = int(exact.n_sample)
+        truth_all = np.where(exact.mask, exact.pos_counts + exact.fixed_counts, -1)
+        for frac in args.fractions.split(","):
+            for entry in bench["sampled"].get(frac, [])[: args.draws]:
+                sampled = scores_lib.load_scores(entry["scores"])
+                for name, idx in coverage.query_sets(sampled.query_ids, args.size, args.sets):
+                    key = f"{bench['name']}|{frac}|{entry['draw']}|{name}"
+                    if key in done:
+                        continue
+                    sub = sampled.subset(idx)
+                    rec = coverage.one(sub, truth_all[idx], n_full, settings)
+                    apart = None
+                    if args.apart:
+                        alone = dataclasses.replace(sub, tail_ids=None)
+                        apart = coverage.one(alone, truth_all[idx], n_full, settings)
+                    rec.update(
+                        key=key,
+                        benchmark=bench["name"],
+                        fraction=frac,
+                        draw=entry["draw"],
+                        set=name,
+                        sd_shared=rec["sd_distractor"],
+                        sd_apart=None if apart is None else apart["sd_distractor"],
+                    )
+                    done[key] = rec
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                    print(
+                        f"{key}: {rec['map']:.4f} truth {rec['truth']:.4f} sd shared "
+                        f"{rec['sd_shared']:.4f} apart {rec['sd_apart'] or float('nan'):.4f}",
+                        flush=True,
+                    )
+    print("\n".join(summarize(list(done.values()))))
+
+
+if __name__ == "__main__":
+    main()
