@@ -168,8 +168,10 @@ def summarize(records: list[dict]) -> list[str]:
     return lines
 
 
-def main():
-    args = _parse()
+def run(args, predict) -> dict[str, dict]:
+    """Predicts every query set of the split's benchmarks (by `args`) that `args.out` does not
+    hold yet, `predict(scores, truth_counts, n_full, settings)` -> its record, and appends each
+    record to `args.out`; returns every record, old and new, by key."""
     with open(os.path.join(args.cache, "manifest.json")) as f:
         manifest = json.load(f)
     wanted = set(filter(None, args.benchmarks.split(",")))
@@ -197,7 +199,7 @@ def main():
                     key = f"{bench['name']}|{frac}|{entry['draw']}|{name}"
                     if key in done:
                         continue
-                    rec = one(sampled.subset(idx), truth_all[idx], n_full, settings)
+                    rec = predict(sampled.subset(idx), truth_all[idx], n_full, settings)
                     rec.update(
                         key=key,
                         benchmark=bench["name"],
@@ -214,7 +216,12 @@ def main():
                         f"[{rec['ci90'][0]:.4f}, {rec['ci90'][1]:.4f}] {rec['seconds']:.1f} s",
                         flush=True,
                     )
-    print("\n".join(summarize(list(done.values()))))
+    return done
+
+
+def main():
+    args = _parse()
+    print("\n".join(summarize(list(run(args, one).values()))))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ the MAE. Every prediction is one JSON line of `--out` (a rerun skips those done)
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 
@@ -29,9 +28,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import interval_coverage as coverage  # noqa: E402
-
-from tailaware.io import scores as scores_lib  # noqa: E402
-from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
 
 
 def _parse():
@@ -79,56 +75,20 @@ def summarize(records: list[dict]) -> list[str]:
 
 def main():
     args = _parse()
-    with open(os.path.join(args.cache, "manifest.json")) as f:
-        manifest = json.load(f)
-    wanted = set(filter(None, args.benchmarks.split(",")))
-    done = {}
-    if os.path.exists(args.out):
-        with open(args.out) as f:
-            for line in f:
-                r = json.loads(line)
-                done[r["key"]] = r
-    settings = PredictSettings(
-        k=args.k, protocol=ProtocolSettings(nested_replicates=args.nested, curve_points=2)
-    )
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    for bench in manifest["benchmarks"]:
-        if bench["split"] != args.split or (wanted and bench["name"] not in wanted):
-            continue
-        exact = scores_lib.load_scores(bench["truth"])
-        n_full = int(exact.n_sample)
-        truth_all = np.where(exact.mask, exact.pos_counts + exact.fixed_counts, -1)
-        for frac in args.fractions.split(","):
-            for entry in bench["sampled"].get(frac, [])[: args.draws]:
-                sampled = scores_lib.load_scores(entry["scores"])
-                for name, idx in coverage.query_sets(sampled.query_ids, args.size, args.sets):
-                    key = f"{bench['name']}|{frac}|{entry['draw']}|{name}"
-                    if key in done:
-                        continue
-                    sub = sampled.subset(idx)
-                    rec = coverage.one(sub, truth_all[idx], n_full, settings)
-                    apart = None
-                    if args.apart:
-                        alone = dataclasses.replace(sub, tail_ids=None)
-                        apart = coverage.one(alone, truth_all[idx], n_full, settings)
-                    rec.update(
-                        key=key,
-                        benchmark=bench["name"],
-                        fraction=frac,
-                        draw=entry["draw"],
-                        set=name,
-                        sd_shared=rec["sd_distractor"],
-                        sd_apart=None if apart is None else apart["sd_distractor"],
-                    )
-                    done[key] = rec
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
-                    print(
-                        f"{key}: {rec['map']:.4f} truth {rec['truth']:.4f} sd shared "
-                        f"{rec['sd_shared']:.4f} apart {rec['sd_apart'] or float('nan'):.4f}",
-                        flush=True,
-                    )
-    print("\n".join(summarize(list(done.values()))))
+
+    def both(scores, truth_counts, n_full, settings):
+        rec = coverage.one(scores, truth_counts, n_full, settings)
+        apart = None
+        if args.apart:
+            alone = dataclasses.replace(scores, tail_ids=None)
+            apart = coverage.one(alone, truth_counts, n_full, settings)
+        rec.update(
+            sd_shared=rec["sd_distractor"],
+            sd_apart=None if apart is None else apart["sd_distractor"],
+        )
+        return rec
+
+    print("\n".join(summarize(list(coverage.run(args, both).values()))))
 
 
 if __name__ == "__main__":
