@@ -31,8 +31,8 @@ from tailaware.protocol import intervals, prediction  # noqa: E402
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
 
 
-def _parse():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the flags `run` reads (which benchmarks, sets, fractions, draws; the output)."""
     p.add_argument("--cache", default="/work/cache/text")
     p.add_argument("--split", default="dev")
     p.add_argument("--benchmarks", default="", help="comma-separated names (default: the split's)")
@@ -43,6 +43,11 @@ def _parse():
     p.add_argument("--draws", type=int, default=2)
     p.add_argument("--nested", type=int, default=50)
     p.add_argument("--out", default="workdir/interval_coverage.jsonl")
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(p)
     return p.parse_args()
 
 

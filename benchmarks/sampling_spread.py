@@ -32,17 +32,9 @@ import interval_coverage as coverage  # noqa: E402
 
 def _parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cache", default="/work/cache/text")
-    p.add_argument("--split", default="dev")
-    p.add_argument("--benchmarks", default="", help="comma-separated names (default: the split's)")
-    p.add_argument("--k", type=int, default=100)
-    p.add_argument("--size", type=int, default=40, help="queries per small set")
-    p.add_argument("--sets", type=int, default=0, help="small sets per benchmark (and the whole)")
-    p.add_argument("--fractions", default="0.01,0.05")
-    p.add_argument("--draws", type=int, default=10)
-    p.add_argument("--nested", type=int, default=30)
+    coverage.add_arguments(p)
     p.add_argument("--apart", type=int, default=1, help="also predict without ids (0: skip)")
-    p.add_argument("--out", default="workdir/sampling_spread.jsonl")
+    p.set_defaults(sets=0, draws=10, nested=30, out="workdir/sampling_spread.jsonl")
     return p.parse_args()
 
 
