@@ -88,8 +88,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         # S' is one number for all rows, but each row keeps its own stored scores by its own
         # coins (rows are different distractors' scores); row 0's total stands for all, off by
         # ~sqrt(M p (1 - p)) distractors in the others, negligible against S'.
-        n_kept_stored = keep.sum(axis=1)
-        s_new = int(n_kept_stored[0] + rng.binomial(scores.n_sample - int(n_stored[0]), p))
+        s_new = int(keep[0].sum() + rng.binomial(scores.n_sample - int(n_stored[0]), p))
     else:
         distinct, index = np.unique(scores.tail_ids[finite], return_inverse=True)
         coin = rng.uniform(size=distinct.size) < p
@@ -97,7 +96,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         keep[finite] = coin[index]
         unstored = max(int(scores.n_sample) - int(distinct.size), 0)  # in no query's row
         s_new = int(coin.sum() + rng.binomial(unstored, p))
-        n_kept_stored = keep.sum(axis=1)
+    n_kept_stored = keep.sum(axis=1)
 
     order = np.argsort(~keep, axis=1, kind="stable")  # kept first, in descending score order
     kept_first = np.take_along_axis(keep, order, axis=1)
