@@ -112,8 +112,8 @@ def main():
             done = {r["key"]: r for r in map(json.loads, f)}
     groups = collections.defaultdict(list)
     for r in records:
-        if "prior_spread" in r:  # interval_coverage records of a commit that writes the spread
-            done[r["key"]] = dict(r, prior_moved=r["prior_deviation"])
+        if "prior_spread" in r:  # records of interval_coverage (6a60460 on) or of this script
+            done[r["key"]] = dict(r, prior_moved=r.get("prior_moved", r.get("prior_deviation")))
         elif r["key"] not in done:
             groups[(r["benchmark"], r["fraction"], r["draw"])].append(r)
     for (name, frac, draw), recs in groups.items():

@@ -1,0 +1,132 @@
+"""Reads of a benchmark's bias from its own sample, held against the bias ten draws measure.
+
+docs/validation.md, "One sample for every query (issue #41)": what is left of the whole sets'
+misses is a bias of the benchmark. Four reads, printed per benchmark and fraction:
+
+- `drift`: the budget check's halvings S/8 .. S extrapolated to N, -mean(move) x log2(N / S),
+  from `benchmarks/sampling_spread.py` records (`--records`), beside the draws' mean error;
+- `half`: fit the default estimator on one half of the sample (one coin per distractor,
+  `budget.thin`), count the other half's distractors above the positives the first half does
+  not see (count 0), and print observed / expected (two halvings per draw);
+- `where`: the benchmark folder's own prediction (k = 1000, `prediction.json`) against the
+  exact run's, per query: the error carried by the queries whose best positive no sampled
+  distractor outranks, by how far it clears the sampled tail (in units of the spread of the
+  tail's top 50 scores);
+- `pair`: the mean per-query difference between two draws' predictions against the sd of
+  those differences over sqrt(queries) (what independent queries would give).
+
+  python benchmarks/bias_reads.py drift --records=workdir/spread_dev.jsonl
+  python benchmarks/bias_reads.py half --benchmarks=dev-e5-keywords --draws=2
+  python benchmarks/bias_reads.py where --benchmarks=dev-e5-keywords --fractions=0.05
+  python benchmarks/bias_reads.py pair --benchmarks=dev-e5-keywords
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tailaware.io import scores as scores_lib  # noqa: E402
+from tailaware.protocol import budget  # noqa: E402
+from tailaware.protocol.settings import PredictSettings  # noqa: E402
+from tailaware.tail import estimators  # noqa: E402
+
+GAPS = (0.0, 0.5, 1.0, 2.0, 4.0, np.inf)
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("read", choices=("drift", "half", "where", "pair"))
+    p.add_argument("--cache", default="/work/cache/text")
+    p.add_argument("--benchmarks", default="dev-e5-keywords")
+    p.add_argument("--fractions", default="0.01,0.05")
+    p.add_argument("--draws", type=int, default=2)
+    p.add_argument("--records", default="", help="sampling_spread.py records (drift)")
+    return p.parse_args()
+
+
+def drift(records: list[dict]) -> None:
+    cells = collections.defaultdict(list)
+    for r in records:
+        cells[(r["benchmark"], r["fraction"])].append(r)
+    for (bench, frac), rs in sorted(cells.items()):
+        moves = [np.diff(r["budget_predictions"]).mean() for r in rs]
+        read = -np.mean(moves) * np.log2(1.0 / float(frac))
+        bias = np.mean([r["map"] - r["truth"] for r in rs])
+        print(f"{bench:<22}{frac:>6} draws {len(rs):>2} bias {bias:+.4f} drift read {read:+.4f}")
+
+
+def half(bench: dict, frac: str, entry: dict) -> None:
+    sc = scores_lib.load_scores(entry["scores"])
+    settings = PredictSettings(k=100)
+    observed = expected = 0.0
+    for rep in range(2):
+        a = budget.thin(sc, 0.5, np.random.default_rng(rep))
+        x = estimators.estimate(a, settings.estimator, settings.tail).x
+        blind = sc.mask & (a.pos_counts == 0)
+        observed += (sc.pos_counts - a.pos_counts)[blind].sum()
+        expected += ((sc.n_sample - a.n_sample) * x[blind]).sum()
+    print(
+        f"{bench['name']:<22}{frac:>6} draw {entry['draw']} observed / expected "
+        f"{observed / expected:.2f} ({observed:.0f} counted)"
+    )
+
+
+def _per_query(path: str) -> np.ndarray:
+    with open(os.path.join(path, "prediction.json")) as f:
+        return np.asarray(json.load(f)["per_query_ap"], np.float64)
+
+
+def where(bench: dict, frac: str, entry: dict) -> None:
+    work = os.path.dirname(entry["scores"])
+    err = _per_query(work) - _per_query(os.path.dirname(bench["truth"]))
+    sc = scores_lib.load_scores(entry["scores"])
+    best = np.where(sc.mask, sc.pos_scores, -np.inf).max(axis=1)
+    blind = np.where(sc.mask, sc.pos_counts, np.iinfo(np.int64).max).min(axis=1) == 0
+    tail = sc.tail_scores
+    gap = (best - tail[:, 0]) / np.maximum(tail[:, 0] - tail[:, 49], 1e-6)
+    q = err.size
+    print(
+        f"{bench['name']:<22}{frac:>6} draw {entry['draw']} error {err.mean():+.4f}, of it "
+        f"{err[blind].sum() / q:+.4f} from {blind.sum()} queries no sampled distractor "
+        "outranks; by gap / spread of the top 50:"
+    )
+    for lo, hi in zip(GAPS, GAPS[1:], strict=False):
+        m = blind & (gap >= lo) & (gap < hi)
+        print(f"    [{lo}, {hi}): {m.sum():>4} queries, {err[m].sum() / q:+.4f}")
+
+
+def pair(bench: dict, frac: str, entries: list[dict]) -> None:
+    a, b = (_per_query(os.path.dirname(e["scores"])) for e in entries[:2])
+    d = a - b
+    print(
+        f"{bench['name']:<22}{frac:>6} draws 0-1: mean difference {d.mean():+.4f}, "
+        f"independent queries would give sd {d.std() / np.sqrt(d.size):.4f}"
+    )
+
+
+def main():
+    args = _parse()
+    if args.read == "drift":
+        with open(args.records) as f:
+            drift([json.loads(line) for line in f if line.strip()])
+        return
+    with open(os.path.join(args.cache, "manifest.json")) as f:
+        manifest = {b["name"]: b for b in json.load(f)["benchmarks"]}
+    for name in args.benchmarks.split(","):
+        bench = manifest[name]
+        for frac in args.fractions.split(","):
+            entries = bench["sampled"][frac][: args.draws]
+            if args.read == "pair":
+                pair(bench, frac, entries)
+                continue
+            for entry in entries:
+                (half if args.read == "half" else where)(bench, frac, entry)
+
+
+if __name__ == "__main__":
+    main()
