@@ -64,6 +64,12 @@ def one(scores, truth_counts, n_full: int, settings: PredictSettings) -> dict:
     """Predicts one query set and returns its record against the realized truth."""
     t0 = time.time()
     hardness, p = prediction.estimate_and_predict(scores, settings, n_full)
+    return record(scores, truth_counts, n_full, settings, hardness, p, t0)
+
+
+def record(scores, truth_counts, n_full: int, settings, hardness, p, t0: float) -> dict:
+    """Returns the record of prediction `p` (with its `hardness`, begun at time `t0`) of one
+    query set against the realized truth."""
     mask = scores.mask
     fixed = np.where(mask, scores.fixed_counts, 0)
     spread = realization.spread(

@@ -12,6 +12,7 @@ from scipy import stats
 from tailaware.configs import compare as compare_config
 from tailaware.core import metrics
 from tailaware.core.results import Interval, MetricPrediction
+from tailaware.io import scores as scores_lib
 from tailaware.jobs import compare as compare_job
 from tailaware.protocol import comparison as compare
 from tailaware.protocol import prediction, schema
@@ -223,3 +224,53 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
     bad = ml_collections.ConfigDict(dict(cfg, b=str(tmp_path / "broken.json")))
     with pytest.raises(ValueError, match="broken.json: not a readable prediction.json"):
         compare_job.run(bad, str(tmp_path / "w2"))
+
+
+@pytest.mark.slow
+def test_compare_pairs_two_models_scored_on_one_sample():
+    # Two models score the same sampled items (B's scores are A's with a little noise): each
+    # prediction keeps its nested replicates, drawn by item id, and the comparison takes their
+    # correlation for the two sampling errors (the formula written out here). Without ids the
+    # replicates are not kept and the errors are taken as independent, as before.
+    q, s, n = 40, 6000, 10**6
+    rng = np.random.default_rng(5)
+    latent = rng.standard_normal(s)[None, :] + 0.3 * rng.standard_normal((q, s))
+    pos = np.tanh(0.2 * (2.6 + 0.4 * rng.standard_normal((q, 3))))
+    settings = PredictSettings(protocol=ProtocolSettings(nested_replicates=30))
+    preds, apart = [], []
+    for noise in (0.0, 0.1 * rng.standard_normal(s)[None, :]):
+        sc = np.tanh(0.2 * (latent + noise))
+        order = np.argsort(-sc, axis=1, kind="stable")
+        tail = np.take_along_axis(sc, order, 1)[:, :2000]
+        counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
+        scores = scores_lib.make_scores(tail, pos, counts, s, tail_ids=order[:, :2000] + 10**10)
+        preds.append(prediction.predict(scores, settings, n))
+        no_ids = prediction.predict(dataclasses.replace(scores, tail_ids=None), settings, n)
+        apart.append(no_ids)
+        assert preds[-1].interval.distractor_replicates is not None
+        assert len(preds[-1].interval.distractor_replicates) == 30
+        assert no_ids.interval.distractor_replicates is None
+    a, b = preds
+    rho = np.corrcoef(a.interval.distractor_replicates, b.interval.distractor_replicates)[0, 1]
+    assert rho > 0.5
+    got = compare.compare(a, b).ap
+    assert got.sampling_correlation == pytest.approx(rho)
+    sd_a, sd_b = (max(p.interval.sd_distractor, p.interval.sd_subsample) for p in (a, b))
+    factors = IntervalSettings()
+    rest = (
+        (factors.threshold_sd * got.threshold_deviation) ** 2
+        + (factors.prior_sd * a.interval.prior_spread) ** 2
+        + (factors.prior_sd * b.interval.prior_spread) ** 2
+        + a.interval.sd_realized**2
+        + b.interval.sd_realized**2
+    )
+    want = np.sqrt(sd_a**2 + sd_b**2 - 2 * rho * sd_a * sd_b + rest)
+    assert got.sd == pytest.approx(want, rel=1e-9)
+    assert compare.compare(*apart).ap.sampling_correlation == 0.0
+    # prediction.json keeps the replicates; a malformed list is refused by its field.
+    d = schema.prediction_json(a)
+    back = schema.prediction_from_json(json.loads(json.dumps(d)))
+    assert back.interval.distractor_replicates == pytest.approx(a.interval.distractor_replicates)
+    d["uncertainty"]["distractor_replicates"][3] = None
+    with pytest.raises(ValueError, match="a.json.*'distractor_replicates'"):
+        schema.prediction_from_json(d, "a.json")

@@ -106,3 +106,74 @@ def test_shared_items_carry_the_samples_correlation_across_queries():
     # spot, shared or not).
     assert 0.35 < np.mean(shared) / truth < 1.6
     assert np.mean(shared) > 2.0 * np.mean(apart)
+
+
+def test_id_weights_depend_on_the_key_and_id_alone():
+    # One item gets one weight under one key whichever file holds it, with whatever other
+    # items; other items and other keys draw afresh.
+    key = nested.id_keys(3, 4)[2]
+    ids = np.array([7, 2**40 + 7, 123456, 99], np.int64)
+    hi, lo = ((ids >> 32).astype(np.uint32), (ids & 0xFFFFFFFF).astype(np.uint32))
+    w = np.asarray(nested.id_weights(key, hi, lo))
+    again = np.asarray(nested.id_weights(key, hi[::-1], lo[::-1]))[::-1]
+    np.testing.assert_array_equal(w, again)
+    same = jax.random.key_data(nested.id_keys(3, 9)[2])  # the count does not move it
+    np.testing.assert_array_equal(same, jax.random.key_data(key))
+    many = np.arange(20_000, dtype=np.int64)
+    z = np.zeros(many.size, np.uint32)
+    draws = np.asarray(nested.id_weights(key, z, many.astype(np.uint32)))
+    other = np.asarray(nested.id_weights(nested.id_keys(4, 1)[0], z, many.astype(np.uint32)))
+    # Poisson(1): mean 1, variance 1, P(0) = e^-1; two seeds independent.
+    assert abs(draws.mean() - 1) < 0.03 and abs(draws.var() - 1) < 0.05
+    assert abs(np.mean(draws == 0) - np.exp(-1)) < 0.015
+    assert abs(np.corrcoef(draws, other)[0, 1]) < 0.03
+
+
+def test_two_models_on_one_sample_pair_their_replicates():
+    # Two models score the same sampled items; B's scores are A's with a little noise of its
+    # own, so a sample that flatters A flatters B too. The difference of their predictions
+    # varies across independent samples far less than either; replicates weighted by id
+    # (one weight per item in both files) carry that, and the paired bootstrap's sd of the
+    # difference is held against its spread over 16 independent samples.
+    n, q, s = 10**6, 60, 20_000
+    rng = np.random.default_rng(1)
+    marginal = np.sort(rng.standard_normal(2_000_000) + 0.3 * rng.standard_normal(2_000_000))
+    x = np.exp(rng.uniform(np.log(1e-5), np.log(3e-3), (q, 3)))
+    pos = np.tanh(0.2 * marginal[((1 - x) * marginal.size).astype(int)])
+
+    def draw(seed):
+        r = np.random.default_rng(seed)
+        latent = r.standard_normal(s)[None, :] + 0.3 * r.standard_normal((q, s))
+        out = []
+        for noise in (0.0, 0.1 * r.standard_normal(s)[None, :]):
+            sc = np.tanh(0.2 * (latent + noise))
+            order = np.argsort(-sc, axis=1, kind="stable")
+            counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
+            out.append(
+                scores_lib.make_scores(
+                    np.take_along_axis(sc, order, 1), pos, counts, s, tail_ids=order + seed * s
+                )
+            )
+        return out
+
+    def predict(sc):
+        return evaluate.per_query_ap(estimators.count(sc), n, 100, sc.fixed_counts).mean()
+
+    diffs, each = [], []
+    for a, b in map(draw, range(100, 116)):
+        diffs.append(predict(a) - predict(b))
+        each.append(predict(a))
+    truth = np.std(diffs, ddof=1)
+    assert truth < 0.5 * np.std(each, ddof=1)  # the setting pairs
+    paired, apart = [], []
+    for r in range(2):
+        reps = [
+            nested.nested_bootstrap(sc, "count", TailSettings(), 100, [n], 50, seed=r)[0]
+            for sc in draw(r)
+        ]
+        assert all(x.by_id for x in reps)
+        ra, rb = (x.distractor[0, 0] for x in reps)
+        paired.append(np.std(ra - rb, ddof=1))
+        apart.append(np.hypot(np.std(ra, ddof=1), np.std(rb, ddof=1)))
+    assert 0.35 < np.mean(paired) / truth < 1.6
+    assert np.mean(apart) > 2.0 * np.mean(paired)

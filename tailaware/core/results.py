@@ -175,6 +175,9 @@ class Interval(NamedTuple):
       prior_spread: each query's move under the other priors, combined over the queries as
         independent errors (`intervals.prior_spread`); 0 when not measured (and in a file
         written before it was).
+      distractor_replicates: [B] the nested bootstrap's distractor replicates of the value when
+        its weights were drawn by distractor id (`nested.Nested.by_id`), else None: two
+        predictions of one sample pair them (`comparison.sampling_correlation`).
     """
 
     method: str
@@ -191,6 +194,7 @@ class Interval(NamedTuple):
     sd_realized: float = 0.0
     sd_subsample: float = 0.0
     prior_spread: float = 0.0
+    distractor_replicates: tuple[float, ...] | None = None
 
 
 class Curve(NamedTuple):
@@ -443,6 +447,8 @@ class Paired(NamedTuple):
         priors do (a shift shared by both cancels).
       sd_queries, ci90_queries, ci95_queries: the same over queries like these (the paired query
         bootstrap added); None in a file written before there were two.
+      sampling_correlation: the correlation taken between the two systems' sampling errors
+        (`comparison.sampling_correlation`; 0: independent).
     """
 
     value_a: float
@@ -459,6 +465,7 @@ class Paired(NamedTuple):
     sd_queries: float | None = None
     ci90_queries: tuple[float, float] | None = None
     ci95_queries: tuple[float, float] | None = None
+    sampling_correlation: float = 0.0
 
 
 class Comparison(NamedTuple):

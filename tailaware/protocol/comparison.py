@@ -3,7 +3,9 @@
 Two questions, as for one system (`intervals`). For these queries, the difference the two full
 evaluations would print is uncertain through the systems' distractor samples (each system's
 sampling sd the larger of its nested and sub-samples' reads, as in its own interval,
-`intervals.sampling_sd`; independent of each other), their realized counts around the law's
+`intervals.sampling_sd`; correlated as their nested replicates are where both drew their
+weights by distractor id, `sampling_correlation`: two models scored on one sample err together
+on the items they share; else independent), their realized counts around the law's
 expectation (`Interval.sd_realized`, taken as independent: two systems scoring the same
 distractors may move together, and the sum then overstates it), and the tail models (how far
 A - B moves when both estimates are rerun at other tail thresholds, `paired_deviation`, and
@@ -46,14 +48,16 @@ def paired(
     prior_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
     sd_realized: float = 0.0,
+    correlation: float = 0.0,
 ) -> dict[str, Any]:
     """Returns the paired comparison of systems A and B on the same queries.
 
     For these queries (`ci90`, `sd`, `p_a_beats_b`, `resolved`): the difference the two full
-    evaluations would print, uncertain through both distractor samples (independent) and the
-    tail models, a normal error of sd `sd`. Over queries like these (`ci90_queries`,
-    `sd_queries`): the paired query bootstrap's percentile interval of the difference widened by
-    the same terms in quadrature, as a single system's interval is (`intervals.widened`).
+    evaluations would print, uncertain through both distractor samples (their errors correlated
+    by `correlation`) and the tail models, a normal error of sd `sd`. Over queries like these
+    (`ci90_queries`, `sd_queries`): the paired query bootstrap's percentile interval of the
+    difference widened by the same terms in quadrature, as a single system's interval is
+    (`intervals.widened`).
 
     Args:
       aps_a, aps_b: [Q] per-query AP@k of each system at the target N (same query order).
@@ -67,10 +71,11 @@ def paired(
       settings: the model terms' factors (as in a single system's interval).
       sd_realized: the sd of the realized difference around its expectation (both systems'
         realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
+      correlation: of the two systems' sampling errors (`sampling_correlation`); 0: independent.
 
     Returns:
       {"difference", "sd", "sd_queries", "ci90", "ci95", "ci90_queries", "ci95_queries",
-      "p_a_beats_b", "resolvable_margin", "resolved"}.
+      "p_a_beats_b", "resolvable_margin", "resolved", "sampling_correlation"}.
     """
     a = np.asarray(aps_a, np.float64)
     b = np.asarray(aps_b, np.float64)
@@ -80,8 +85,9 @@ def paired(
     point = float(diff.mean())
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
     sd_m = intervals.sd_model(deviation, prior_deviation, settings)
-    terms = (sd_distractor_a, sd_distractor_b, sd_m, sd_realized)
-    sd = float(np.sqrt(np.sum(np.square(terms))))
+    sa, sb = sd_distractor_a, sd_distractor_b
+    var_sampling = max(sa * sa + sb * sb - 2.0 * correlation * sa * sb, 0.0)
+    sd = float(np.sqrt(var_sampling + sd_m * sd_m + sd_realized * sd_realized))
     bounds: dict[str, tuple[float, float]] = {}
     for level in intervals.LEVELS:
         z = float(stats.norm.ppf(0.5 + level / 2.0))
@@ -97,6 +103,7 @@ def paired(
         "p_a_beats_b": float(stats.norm.cdf(point / sd)) if sd > 0 else float(point > 0),
         "resolvable_margin": float(stats.norm.ppf(0.95) * sd),
         "resolved": bool(bounds["ci90"][0] > 0 or bounds["ci90"][1] < 0),
+        "sampling_correlation": float(correlation),
     }
 
 
@@ -106,6 +113,20 @@ def _sd_distractor(m: MetricPrediction) -> float:
     if m.interval is None:
         return 0.0
     return intervals.sampling_sd(m.interval.sd_distractor, m.interval.sd_subsample)
+
+
+def sampling_correlation(a: MetricPrediction, b: MetricPrediction) -> float:
+    """Returns the correlation of two predictions' distractor-sampling errors: that of their
+    nested replicates where both drew the weights by distractor id with one seed and count
+    (`Interval.distractor_replicates`; an item both samples hold got one weight in both, items
+    only one holds independent ones), else 0 (independent)."""
+    reps = [None if p.interval is None else p.interval.distractor_replicates for p in (a, b)]
+    if reps[0] is None or reps[1] is None or len(reps[0]) != len(reps[1]) or len(reps[0]) < 3:
+        return 0.0
+    x, y = (np.asarray(r, np.float64) for r in reps)
+    if np.std(x) == 0.0 or np.std(y) == 0.0:
+        return 0.0
+    return float(np.corrcoef(x, y)[0, 1])
 
 
 def _sd_realized(m: MetricPrediction) -> float:
@@ -201,6 +222,7 @@ def compare(
             prior_deviation=prior_term(x, y),
             settings=settings,
             sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
+            correlation=sampling_correlation(x, y),
         )
         out[label] = Paired(
             value_a=x.value,

@@ -17,6 +17,7 @@ sizes.
 
 import dataclasses
 import functools
+import zlib
 from concurrent import futures
 from typing import NamedTuple
 
@@ -31,6 +32,8 @@ from tailaware.tail.settings import TailSettings
 
 # CDF of Poisson(1) at 0..19; the mass beyond (< 1e-18) is folded into 19.
 _POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
+# Folded into the seed's key for the replicates' weights by id, apart from its other streams.
+_ID_STREAM = 0x1D5
 # Below this mean, Poisson draws invert the CDF term by term; above it, a rounded normal (whose
 # error in the bootstrap's variance is O(1 / mean)).
 _SMALL_MEAN = 24
@@ -56,6 +59,8 @@ class Nested(NamedTuple):
       distractor: [G, M, B] each metric over all queries (distractor and fit noise only).
       combined: [G, M, B] over resampled queries (queries, distractors and fits).
       items_distractor, items_combined: [I, B] the `Items`' values likewise; None without items.
+      by_id: the weights were drawn by distractor id (`id_weights`): replicate r of another
+        file of the same seed weighted each shared item alike, so the two pair.
     """
 
     sizes: np.ndarray
@@ -63,6 +68,7 @@ class Nested(NamedTuple):
     combined: np.ndarray
     items_distractor: np.ndarray | None = None
     items_combined: np.ndarray | None = None
+    by_id: bool = False
 
     def at(self, g: int, m: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Returns (distractor [B], combined [B]) of metric m at the g-th gallery size."""
@@ -125,7 +131,16 @@ def _repeat(tail, w, cw):
     return tail[jnp.clip(item, 0, width - 1)]
 
 
-def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
+def id_weights(key, ids_hi, ids_lo):
+    """Returns Poisson(1) weights [U] of distractors by id (its high and low 32 bits): a hash
+    of (key, id), so every file that stores an item gives it the same weight under one key."""
+    u = jax.vmap(
+        lambda hi, lo: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, hi), lo))
+    )(ids_hi, ids_lo)
+    return jnp.searchsorted(jnp.asarray(_POISSON1_CDF, jnp.float32), u, side="right")
+
+
+def resample(key, tail, pos, counts, mask, item=None, item_weights=None):
     """Returns a Poisson-bootstrap (tail [Q, L], counts [Q, P]) of every query's sample.
 
     Args:
@@ -134,11 +149,11 @@ def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
       pos: [Q, P] positive scores (padding arbitrary).
       counts: [Q, P] float sampled distractors above each positive (>= the stored ones above).
       mask: [Q, P] real positives.
-      item: [Q, L] int32 index (< `num_items`) of each stored score's distractor, or None. With
-        it, a distractor's Poisson weight is drawn once and shared by every query that stores
-        it, as the sample itself is: one item drawn into (or out of) the sample moves every
-        query it is near. Without it each stored score gets its own weight.
-      num_items: the distinct distractors `item` indexes (static).
+      item: [Q, L] int32 index into `item_weights` of each stored score's distractor, or None.
+        With it, a distractor's Poisson weight is drawn once and shared by every query that
+        stores it, as the sample itself is: one item drawn into (or out of) the sample moves
+        every query it is near. Without it each stored score gets its own weight.
+      item_weights: [U] the distinct distractors' weights (`id_weights`); with `item`.
     """
     k_tail, k_rest = jax.random.split(key)
     finite = jnp.isfinite(tail)
@@ -146,7 +161,7 @@ def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
     if item is None:
         w = jnp.where(finite, poisson_one(k_tail, tail.shape), 0)
     else:
-        w = jnp.where(finite, poisson_one(k_tail, (num_items,))[item], 0)
+        w = jnp.where(finite, item_weights[item], 0)
     cw = jnp.cumsum(w, axis=1)
     new_tail = jax.vmap(_repeat)(tail, w, cw)
     n_finite = jnp.sum(finite, axis=1)[:, None]
@@ -172,7 +187,6 @@ def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "num_items",
         "k",
         "traced",
         "settings",
@@ -185,12 +199,12 @@ def resample(key, tail, pos, counts, mask, item=None, num_items: int = 0):
 def _nested(
     keys,
     rows,
+    id_keys,
     cores: functional.Core,
     sizes,
     items,
     shared,
     *,
-    num_items,
     tables,
     grouping,
     k,
@@ -204,11 +218,19 @@ def _nested(
     q = cores.tail.shape[1]
 
     def one(args):
-        key, row = args  # row 0: the sample, resampled; row i > 0: extra sample i, as it is
+        # row 0: the sample, resampled; row i > 0: extra sample i, as it is
+        key, row, id_key = args
         c = jax.tree.map(lambda a: a[row], cores)
         drawn_again = row == 0
         k_q, k_d = jax.random.split(key)
-        tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask, shared, num_items)
+        if shared is None:
+            tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask)
+        else:
+            # The stored items' weights pair across files; the unstored counts' draws are this
+            # file's own (its salt), as their items are unknown.
+            w_items = id_weights(id_key, shared.hi, shared.lo)
+            k_d = jax.random.fold_in(k_d, shared.salt)
+            tail, counts = resample(k_d, c.tail, c.pos, c.counts, c.mask, shared.item, w_items)
         tail = jnp.where(drawn_again, tail, c.tail)
         counts = jnp.where(drawn_again, counts, c.counts)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
@@ -256,18 +278,48 @@ def _nested(
 
     # One at a time without `batch_size`: lax.map vmaps a batch, and under vmap the `cond` above
     # becomes a select that evaluates both branches (every atom of every replicate).
-    return jax.lax.map(one, (keys, rows), batch_size=batch_size if batch_size > 1 else None)
+    xs = (keys, rows, id_keys)
+    return jax.lax.map(one, xs, batch_size=batch_size if batch_size > 1 else None)
 
 
-def shared_items(scores: SampledScores, width: int) -> tuple[jax.Array | None, int]:
-    """Returns ([Q, width] int32 index of each of the first `width` stored scores' distractor
-    among the distinct ones, their number U), or (None, 0) for a file without `tail_ids`.
-    Padding (-1) takes index 0; its weight is never read."""
+class SharedItems(NamedTuple):
+    """The stored scores' distractors, for weights drawn by id (`id_weights`).
+
+    Attributes:
+      item: [Q, L] int32 index of each stored score's distractor among the distinct ones
+        (padding takes 0; its weight is never read).
+      hi, lo: [U] uint32 high and low halves of the distinct ids.
+      salt: uint32 hash of the file's positives and ids, keying its own unstored draws.
+    """
+
+    item: jax.Array
+    hi: jax.Array
+    lo: jax.Array
+    salt: jax.Array
+
+
+def shared_items(scores: SampledScores, width: int) -> SharedItems | None:
+    """Returns the `SharedItems` of the first `width` stored scores, or None for a file without
+    `tail_ids`."""
     if scores.tail_ids is None:
-        return None, 0
+        return None
     ids = scores.tail_ids[:, :width]
     distinct, index = np.unique(np.where(ids >= 0, ids, ids.max(initial=0)), return_inverse=True)
-    return jnp.asarray(index.reshape(ids.shape), jnp.int32), int(distinct.size)
+    distinct = distinct.astype(np.int64)
+    salt = zlib.crc32(ids.tobytes() + np.asarray(scores.pos_scores).tobytes())
+    return SharedItems(
+        item=jnp.asarray(index.reshape(ids.shape), jnp.int32),
+        hi=jnp.asarray((distinct >> 32).astype(np.uint32)),
+        lo=jnp.asarray((distinct & 0xFFFFFFFF).astype(np.uint32)),
+        salt=jnp.asarray(np.uint32(salt)),
+    )
+
+
+def id_keys(seed: int, count: int) -> jax.Array:
+    """Returns the keys of replicates 0 .. count - 1 for weights by id: replicate r's key
+    depends on (seed, r) alone, so files with other extras or replicate counts pair."""
+    base = jax.random.fold_in(jax.random.key(seed), _ID_STREAM)
+    return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(count, dtype=jnp.uint32))
 
 
 def nested_bootstrap(
@@ -336,12 +388,10 @@ def nested_bootstrap(
     pad = size * parts - total  # rows evaluated and dropped
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
     padded = jnp.asarray(np.concatenate([rows, np.repeat(rows[-1:], pad)]))
-    shared, num_items = shared_items(scores, int(cores.tail.shape[2]))
     run = functools.partial(
         _nested,
         cores=cores,
-        shared=shared,
-        num_items=num_items,
+        shared=shared_items(scores, int(cores.tail.shape[2])),
         sizes=jnp.asarray(np.asarray(sizes, np.float64), jnp.float32),
         items=None if items is None else jax.tree.map(jnp.asarray, items),
         tables=law.rank_tables(int(k), gains),
@@ -354,11 +404,20 @@ def nested_bootstrap(
         batch_size=int(max(1, min(batch_size, size))),
         num_atoms=int(num_atoms or 1 << 30),
     )
-    part = lambda i: (keys[i * size : (i + 1) * size], padded[i * size : (i + 1) * size])
+    by_id = id_keys(seed, size * parts)
+    part = lambda i: tuple(x[i * size : (i + 1) * size] for x in (keys, padded, by_id))
     with futures.ThreadPoolExecutor(parts) as pool:
         done = list(pool.map(lambda i: jax.device_get(run(*part(i))), range(parts)))
     got = [np.concatenate(p) for p in zip(*done, strict=True)]
     got = [np.moveaxis(np.asarray(a, np.float64), 0, -1) for a in got]
-    reps = Nested(np.asarray(sizes, np.float64), *(a[..., :b] for a in got))
+    at_b = [a[..., :b] for a in got]
+    reps = Nested(
+        sizes=np.asarray(sizes, np.float64),
+        distractor=at_b[0],
+        combined=at_b[1],
+        items_distractor=at_b[2] if items is not None else None,
+        items_combined=at_b[3] if items is not None else None,
+        by_id=scores.tail_ids is not None,
+    )
     on_extra = [np.moveaxis(a[..., b:total], -1, 0) for a in got]
     return reps, Extra(on_extra[0], on_extra[2] if items is not None else None)

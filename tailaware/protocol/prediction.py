@@ -364,6 +364,8 @@ def _nested_intervals(
     target, rest = slice(1), slice(1, None)
     at_n = (reps.distractor[:1, m], reps.combined[:1, m])
     uncs = combined_intervals(per_query[target], settings, terms.cut(target), nested=at_n)
+    if reps.by_id:
+        uncs[0] = uncs[0]._replace(distractor_replicates=tuple(at_n[0][0].tolist()))
     if not len(grid):
         return uncs, None
     sd_curve = _log_interp(grid, reps.sizes[1:], reps.sd(m)[1:])

@@ -49,6 +49,8 @@ def interval_json(interval: Interval) -> dict:
     out["sd_model"] = interval.sd_model
     out["sd_realized"] = interval.sd_realized
     out["sd_subsample"] = interval.sd_subsample
+    if interval.distractor_replicates is not None:
+        out["distractor_replicates"] = [float(v) for v in interval.distractor_replicates]
     for tag, b in (("ci90", interval.ci90), ("ci95", interval.ci95)):
         out[f"{tag}_query"] = _pair(b.query)
         if b.distractor is not None:
@@ -407,7 +409,19 @@ def interval_from_json(unc: dict, reported: dict | None = None) -> Interval:
         sd_realized=float(unc.get("sd_realized", 0.0)),
         sd_subsample=float(unc.get("sd_subsample", 0.0)),
         prior_spread=float(unc.get("prior_spread", 0.0)),
+        distractor_replicates=_replicates(unc),
     )
+
+
+def _replicates(unc: dict) -> tuple[float, ...] | None:
+    """The interval's `distractor_replicates`, or None; a ValueError naming the field unless a
+    list of finite numbers."""
+    if unc.get("distractor_replicates") is None:
+        return None
+    a = np.asarray(unc["distractor_replicates"], np.float64)
+    if a.ndim != 1 or not np.isfinite(a).all():
+        raise ValueError("field 'distractor_replicates': expected a list of finite numbers")
+    return tuple(a.tolist())
 
 
 def _bounds(unc: dict, top: dict, tag: str) -> Bounds:
@@ -500,6 +514,7 @@ def _paired_json(c: Paired) -> dict:
         "resolved": c.resolved,
         "threshold_deviation": c.threshold_deviation,
         "prior_deviation": c.prior_deviation,
+        "sampling_correlation": c.sampling_correlation,
         **({} if c.sd_queries is None else {"sd_queries": c.sd_queries}),
         **{
             f"{tag}_queries": _pair(b)
