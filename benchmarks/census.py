@@ -115,8 +115,11 @@ def settings(k: int, nested: int) -> PredictSettings:
 
 
 def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
-    """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N]."""
-    x = np.sort(s[:, sampled], axis=1)[:, ::-1]
+    """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N],
+    naming each stored score's item (its column) as the ILIAS job does (`tail_ids`)."""
+    order = np.argsort(-s[:, sampled], axis=1, kind="stable")
+    x = np.take_along_axis(s[:, sampled], order, axis=1)
+    ids = np.flatnonzero(sampled)[order[:, :m]]
     counts = np.where(np.isnan(pos), -1, scores_lib.count_above(x, pos))
     extra = {}
     if census_mask is not None:
@@ -127,7 +130,7 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
             inclusion=inclusion,
         )
     return scores_lib.make_scores(
-        x[:, :m], pos, counts, int(sampled.sum()), fixed_counts=fixed, **extra
+        x[:, :m], pos, counts, int(sampled.sum()), fixed_counts=fixed, tail_ids=ids, **extra
     )
 
 

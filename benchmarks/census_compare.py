@@ -8,7 +8,9 @@ proxy's brute-force top-D lists plus the rest's hash sample, each is predicted b
 these queries. Beside it, both systems on the uniform hash sample of the same budget. Each is
 held against the exact difference (brute force over every distractor). Printed per (query
 sets, budget, design): MAE and mean signed error of the difference, coverage of its 90%
-interval and median half-width. Dev only; PyPI's summaries are never read.
+interval and median half-width, the median correlation the compare took between the two
+systems' sampling errors (their nested replicates, drawn by item id). Dev only; PyPI's
+summaries are never read.
 
 Command (after text_galleries.py has written the dev folders, minilm8 included):
   python benchmarks/census_compare.py --cache=/work/cache/text --a=dev-minilm-names \\
@@ -82,6 +84,7 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
                         set=name, budget=f, seed=seed, design=kind, size=len(rows),
                         truth=float(truth[0] - truth[1]), value=c.difference,
                         lo=c.ci90[0], hi=c.ci90[1], sd=c.sd, n_census=plan.n_census,
+                        corr=c.sampling_correlation,
                     )
                 )  # fmt: skip
             r = out[-2:]
@@ -96,16 +99,17 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
 
 
 def table(records) -> str:
-    lines = ["queries  budget  design    n     MAE   signed  cover90  median half-width"]
+    lines = ["queries  budget  design    n     MAE   signed  cover90  median half-width  corr"]
     keys = sorted({(r["size"], r["budget"], r["design"]) for r in records})
     for size, f, kind in keys:
         rs = [r for r in records if (r["size"], r["budget"], r["design"]) == (size, f, kind)]
         err = np.asarray([r["value"] - r["truth"] for r in rs])
         cov = np.mean([r["lo"] <= r["truth"] <= r["hi"] for r in rs])
         half = np.median([(r["hi"] - r["lo"]) / 2 for r in rs])
+        corr = np.median([r.get("corr", np.nan) for r in rs])
         lines.append(
             f"{size:>7}  {f:>6g}  {kind:<8} {len(rs):>3}  {np.abs(err).mean():.4f}  "
-            f"{err.mean():+.4f}  {cov:>7.2f}  {half:.4f}"
+            f"{err.mean():+.4f}  {cov:>7.2f}  {half:>17.4f}  {corr:>4.2f}"
         )
     return "\n".join(lines)
 

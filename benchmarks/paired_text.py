@@ -12,6 +12,9 @@ the coverage of both 90% intervals and their median half-widths, the median corr
 
   python benchmarks/paired_text.py --cache=/work/cache/text --split=dev --sets=4 \\
       --out=workdir/paired_dev.jsonl
+
+With `--spread=RECORDS` (`sampling_spread.py`'s, ten draws per benchmark) it prints instead the
+correlation of two encoders' whole-set errors over the draws: the pairing's truth.
 """
 
 import argparse
@@ -80,18 +83,19 @@ def pairs(records: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def summarize(rows: list[dict]) -> list[str]:
+def summarize(rows: list[dict], by: str = "fraction") -> list[str]:
+    """Returns the table of `rows` per query-set size and `by` ("fraction" or "pair")."""
     out = [
-        f"{'queries':>7} {'fraction':>8} {'n':>4} {'MAE':>7} {'corr':>6}  "
+        f"{'queries':>7} {by:>14} {'n':>4} {'MAE':>7} {'corr':>6}  "
         f"{'cover90 paired':>14} {'half-width':>10}  {'cover90 indep.':>14} {'half-width':>10}"
     ]
     cells = collections.defaultdict(list)
     for r in rows:
-        cells[(r["size"], r["fraction"])].append(r)
-    for (size, frac), rs in sorted(cells.items()):
+        cells[(r["size"], r[by])].append(r)
+    for (size, key), rs in sorted(cells.items()):
         p, i = ([r[t] for r in rs] for t in ("paired", "independent"))
         out.append(
-            f"{size:>7} {frac:>8} {len(rs):>4} "
+            f"{size:>7} {key:>14} {len(rs):>4} "
             f"{np.mean([abs(x['error']) for x in p]):>7.4f} "
             f"{np.median([x['correlation'] for x in p]):>6.2f}  "
             f"{np.mean([x['covered'] for x in p]):>14.2f} "
@@ -102,16 +106,57 @@ def summarize(rows: list[dict]) -> list[str]:
     return out
 
 
+def over_draws(paths: list[str]) -> list[str]:
+    """Returns, from `sampling_spread.py`'s records (ten draws of each benchmark), per kind,
+    fraction and pair of encoders: the correlation of the two whole-set errors over the draws,
+    the sd of their difference and of the two taken as independent."""
+    errors = collections.defaultdict(dict)
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["set"].startswith("all"):
+                    errors[(r["benchmark"], r["fraction"])][r["draw"]] = r["map"] - r["truth"]
+    out = [f"{'kind':<9} {'fraction':>8} {'pair':<11} {'draws':>5} {'corr':>6} {'sd A-B':>7} "
+           f"{'indep.':>7}"]  # fmt: skip
+    names = sorted({b for b, _ in errors})
+    for (ba, frac), (bb, _) in itertools.product(sorted(errors), repeat=2):
+        split_a, enc_a, kind = ba.split("-", 2)
+        split_b, enc_b, kind_b = bb.split("-", 2)
+        if (split_a, kind, frac) != (split_b, kind_b, _) or names.index(ba) >= names.index(bb):
+            continue
+        ea, eb = errors[(ba, frac)], errors[(bb, frac)]
+        draws = sorted(set(ea) & set(eb))
+        x, y = (np.array([e[d] for d in draws]) for e in (ea, eb))
+        out.append(
+            f"{kind:<9} {frac:>8} {enc_a + '-' + enc_b:<11} {len(draws):>5} "
+            f"{np.corrcoef(x, y)[0, 1]:>+6.2f} {np.std(x - y, ddof=1):>7.4f} "
+            f"{np.hypot(np.std(x, ddof=1), np.std(y, ddof=1)):>7.4f}"
+        )
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     interval_coverage.add_arguments(p)
     p.add_argument("--rows", default="", help="also write one JSON line per pair here")
+    p.add_argument("--encoders", default="", help="only pairs of these (comma-separated)")
+    p.add_argument(
+        "--spread", default="", help="sampling_spread.py's records (comma-separated): only "
+        "the correlation of two encoders' errors over the draws"
+    )  # fmt: skip
     args = p.parse_args()
+    if args.spread:
+        print("\n".join(over_draws(args.spread.split(","))))
+        return
     rows = pairs(interval_coverage.run(args, one))
+    if args.encoders:
+        keep = set(args.encoders.split(","))
+        rows = [r for r in rows if set(r["pair"].split("-")) <= keep]
     if args.rows:
         with open(args.rows, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
-    print("\n".join(summarize(rows)))
+    print("\n".join(summarize(rows) + [""] + summarize(rows, "pair")))
 
 
 if __name__ == "__main__":
