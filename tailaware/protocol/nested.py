@@ -305,7 +305,10 @@ def shared_items(scores: SampledScores, width: int) -> SharedItems | None:
         return None
     ids = scores.tail_ids[:, :width]
     distinct, index = np.unique(np.where(ids >= 0, ids, ids.max(initial=0)), return_inverse=True)
-    distinct = distinct.astype(np.int64)
+    # Padded to a power of two (entries no score indexes), so that files of nearby sizes, two
+    # models' of one sample say, share one compiled program.
+    padded = 1 << (int(distinct.size) - 1).bit_length()
+    distinct = np.pad(distinct.astype(np.int64), (0, padded - distinct.size))
     salt = zlib.crc32(ids.tobytes() + np.asarray(scores.pos_scores).tobytes())
     return SharedItems(
         item=jnp.asarray(index.reshape(ids.shape), jnp.int32),

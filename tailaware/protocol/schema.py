@@ -495,6 +495,11 @@ def format_comparison(c: Comparison, a: str = "", b: str = "") -> str:
             f"{'yes' if m.resolved else 'no':<8}   {like}"
         )
     lines.append("  90% CI: the difference the full evaluations would print on these queries")
+    if c.ap.sampling_correlation:
+        lines.append(
+            f"  mAP@{c.k}: both scored one sample; their sampling errors taken as correlated "
+            f"{c.ap.sampling_correlation:+.2f} (their nested replicates, paired by item)"
+        )
     lines.append(
         f"  mAP@{c.k}: a difference of {c.ap.resolvable_margin:.4f} is the least its 90% interval "
         "would separate from 0"
