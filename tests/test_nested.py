@@ -69,6 +69,30 @@ def test_nested_sd_matches_repeated_draws():
     assert 0.6 < ratio < 1.6
 
 
+def _positives(q: int, seed: int) -> np.ndarray:
+    """Returns [q, 3] positive scores at hardness 1e-5 .. 3e-3 in a gallery whose item scores
+    are tanh(0.2 (z + 0.3 e)): a part z common to the queries and a query's own e."""
+    rng = np.random.default_rng(seed)
+    marginal = np.sort(rng.standard_normal(2_000_000) + 0.3 * rng.standard_normal(2_000_000))
+    x = np.exp(rng.uniform(np.log(1e-5), np.log(3e-3), (q, 3)))
+    return np.tanh(0.2 * marginal[((1 - x) * marginal.size).astype(int)])
+
+
+def _latent(r: np.random.Generator, q: int, s: int) -> np.ndarray:
+    """Returns [q, s] latent scores of s sampled items: a common part and each query's own."""
+    return r.standard_normal(s)[None, :] + 0.3 * r.standard_normal((q, s))
+
+
+def _sample_file(latent: np.ndarray, pos: np.ndarray, ids: np.ndarray):
+    """Returns the sampled-scores file of S items scored tanh(0.2 latent) ([Q, S]), named
+    `ids` [S], every score stored."""
+    sc = np.tanh(0.2 * latent)
+    order = np.argsort(-sc, axis=1, kind="stable")
+    counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
+    tail = np.take_along_axis(sc, order, 1)
+    return scores_lib.make_scores(tail, pos, counts, sc.shape[1], tail_ids=ids[order])
+
+
 def test_shared_items_carry_the_samples_correlation_across_queries():
     # One uniform sample of a gallery serves every query: a distractor drawn in (or left out)
     # moves every query it is near. Here the queries' scores share most of their variation (a
@@ -77,19 +101,10 @@ def test_shared_items_carry_the_samples_correlation_across_queries():
     # queries apart would make it. One bootstrap weight per distractor (the file's `tail_ids`)
     # carries that; one per stored score (no ids) averages it away.
     n, q, s = 10**6, 60, 20_000
-    rng = np.random.default_rng(0)
-    marginal = np.sort(rng.standard_normal(2_000_000) + 0.3 * rng.standard_normal(2_000_000))
-    x = np.exp(rng.uniform(np.log(1e-5), np.log(3e-3), (q, 3)))
-    pos = np.tanh(0.2 * marginal[((1 - x) * marginal.size).astype(int)])
+    pos = _positives(q, seed=0)
 
     def draw(seed):
-        r = np.random.default_rng(seed)
-        sc = np.tanh(0.2 * (r.standard_normal(s)[None, :] + 0.3 * r.standard_normal((q, s))))
-        order = np.argsort(-sc, axis=1, kind="stable")
-        counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
-        return scores_lib.make_scores(
-            np.take_along_axis(sc, order, 1), pos, counts, s, tail_ids=order
-        )
+        return _sample_file(_latent(np.random.default_rng(seed), q, s), pos, np.arange(s))
 
     preds = [
         evaluate.per_query_ap(estimators.count(sc), n, 100, sc.fixed_counts).mean()
@@ -136,25 +151,13 @@ def test_two_models_on_one_sample_pair_their_replicates():
     # (one weight per item in both files) carry that, and the paired bootstrap's sd of the
     # difference is held against its spread over 16 independent samples.
     n, q, s = 10**6, 60, 20_000
-    rng = np.random.default_rng(1)
-    marginal = np.sort(rng.standard_normal(2_000_000) + 0.3 * rng.standard_normal(2_000_000))
-    x = np.exp(rng.uniform(np.log(1e-5), np.log(3e-3), (q, 3)))
-    pos = np.tanh(0.2 * marginal[((1 - x) * marginal.size).astype(int)])
+    pos = _positives(q, seed=1)
 
     def draw(seed):
         r = np.random.default_rng(seed)
-        latent = r.standard_normal(s)[None, :] + 0.3 * r.standard_normal((q, s))
-        out = []
-        for noise in (0.0, 0.1 * r.standard_normal(s)[None, :]):
-            sc = np.tanh(0.2 * (latent + noise))
-            order = np.argsort(-sc, axis=1, kind="stable")
-            counts = (sc[:, None, :] > pos[:, :, None]).sum(axis=2)
-            out.append(
-                scores_lib.make_scores(
-                    np.take_along_axis(sc, order, 1), pos, counts, s, tail_ids=order + seed * s
-                )
-            )
-        return out
+        latent = _latent(r, q, s)
+        noises = (0.0, 0.1 * r.standard_normal(s)[None, :])  # B's own
+        return [_sample_file(latent + e, pos, np.arange(s) + seed * s) for e in noises]
 
     def predict(sc):
         return evaluate.per_query_ap(estimators.count(sc), n, 100, sc.fixed_counts).mean()
