@@ -9,7 +9,8 @@ writes the record with `prior_spread` (those moves combined as independent error
 `sd_model` was). Records that already hold `prior_spread` (interval_coverage.py from 6a60460 on)
 are read as they are. Then it prints, per benchmark, fraction and set size, the coverage of the
 interval for these queries and its median half-width over the MAE with the model term each
-way: 0.5 x the aggregate move (the rule before) and `--factor` x the spread. Only the model
+way: 0.5 x the aggregate move (the rule before) and `--factor` x the spread, and with
+`--shared` 1.5 x the spread plus c x the aggregate move in quadrature. Only the model
 term changes; the sampling and realized terms are the records'. ~5 s a record on 2 cores;
 `--out` resumes.
 
@@ -45,6 +46,10 @@ def _parse():
     p.add_argument("--size", type=int, default=40)
     p.add_argument("--sets", type=int, default=24)
     p.add_argument("--factors", default="0.5,1,1.5,2")
+    p.add_argument(
+        "--shared", default="", help="c's of a term c x the aggregate move added in quadrature "
+        "to 1.5 x the spread (a bias the set's queries share)"
+    )  # fmt: skip
     return p.parse_args()
 
 
@@ -70,7 +75,7 @@ def these(rec: dict, sd_model: float) -> tuple[float, float]:
     )
 
 
-def table(records: list[dict], factors: list[float]) -> list[str]:
+def table(records: list[dict], factors: list[float], shared: list[float] = ()) -> list[str]:
     cells = collections.defaultdict(list)
     for r in records:
         size = "all" if r["set"].startswith("all") else "set"
@@ -78,6 +83,13 @@ def table(records: list[dict], factors: list[float]) -> list[str]:
         cells[("pooled", "", size)].append(r)
     rules = [("0.5 x move", lambda r: 0.5 * r["prior_moved"])] + [
         (f"{f:g} x spread", lambda r, f=f: f * r["prior_spread"]) for f in factors
+    ]
+    rules += [
+        (
+            f"1.5 x spread, {c:g} x move",
+            lambda r, c=c: float(np.hypot(1.5 * r["prior_spread"], c * r["prior_moved"])),
+        )
+        for c in shared
     ]
     out = [
         "| benchmark | fraction | queries | n | MAE | "
@@ -129,7 +141,8 @@ def main():
                 f.write(json.dumps(got) + "\n")
             print(f"{r['key']}: spread {got['prior_spread']:.4f}, move {got['prior_moved']:.4f}")
     factors = [float(x) for x in args.factors.split(",")]
-    print("\n".join(table(list(done.values()), factors)))
+    shared = [float(x) for x in args.shared.split(",") if x]
+    print("\n".join(table(list(done.values()), factors, shared)))
 
 
 if __name__ == "__main__":
