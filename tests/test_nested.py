@@ -128,7 +128,9 @@ def test_id_weights_depend_on_the_key_and_id_alone():
     # items; other items and other keys draw afresh.
     key = nested.id_keys(3, 4)[2]
     ids = np.array([7, 2**40 + 7, 123456, 99], np.int64)
-    hi, lo = ((ids >> 32).astype(np.uint32), (ids & 0xFFFFFFFF).astype(np.uint32))
+    hi, lo = (np.asarray(h) for h in nested.id_halves(ids))
+    np.testing.assert_array_equal(hi, [0, 256, 0, 0])
+    np.testing.assert_array_equal(lo, [7, 7, 123456, 99])
     w = np.asarray(nested.id_weights(key, hi, lo))
     again = np.asarray(nested.id_weights(key, hi[::-1], lo[::-1]))[::-1]
     np.testing.assert_array_equal(w, again)

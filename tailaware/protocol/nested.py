@@ -131,13 +131,27 @@ def _repeat(tail, w, cw):
     return tail[jnp.clip(item, 0, width - 1)]
 
 
+@jax.jit
 def id_weights(key, ids_hi, ids_lo):
-    """Returns Poisson(1) weights [U] of distractors by id (its high and low 32 bits): a hash
-    of (key, id), so every file that stores an item gives it the same weight under one key."""
-    u = jax.vmap(
-        lambda hi, lo: jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, hi), lo))
-    )(ids_hi, ids_lo)
-    return jnp.searchsorted(jnp.asarray(_POISSON1_CDF, jnp.float32), u, side="right")
+    """Returns Poisson(1) weights [U] of distractors by id (its halves, `id_halves`): a hash of
+    (key, id), so every file that stores an item gives it the same weight under one key."""
+    one = lambda hi, lo: poisson_one(jax.random.fold_in(jax.random.fold_in(key, hi), lo), ())
+    return jax.vmap(one)(ids_hi, ids_lo)
+
+
+def id_halves(ids: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """Returns the uint32 high and low halves of ids >= 0 (int64), as `id_weights` takes them."""
+    ids = np.asarray(ids, np.int64)
+    return (
+        jnp.asarray((ids >> 32).astype(np.uint32)),
+        jnp.asarray((ids & 0xFFFFFFFF).astype(np.uint32)),
+    )
+
+
+def id_key(seed: int, replicate):
+    """Returns replicate `replicate`'s key for weights by id: a function of (seed, replicate)
+    alone, so files with other extras or replicate counts pair."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), _ID_STREAM), replicate)
 
 
 def resample(key, tail, pos, counts, mask, item=None, item_weights=None):
@@ -308,21 +322,19 @@ def shared_items(scores: SampledScores, width: int) -> SharedItems | None:
     # Padded to a power of two (entries no score indexes), so that files of nearby sizes, two
     # models' of one sample say, share one compiled program.
     padded = 1 << (int(distinct.size) - 1).bit_length()
-    distinct = np.pad(distinct.astype(np.int64), (0, padded - distinct.size))
+    hi, lo = id_halves(np.pad(distinct.astype(np.int64), (0, padded - distinct.size)))
     salt = zlib.crc32(ids.tobytes() + np.asarray(scores.pos_scores).tobytes())
     return SharedItems(
         item=jnp.asarray(index.reshape(ids.shape), jnp.int32),
-        hi=jnp.asarray((distinct >> 32).astype(np.uint32)),
-        lo=jnp.asarray((distinct & 0xFFFFFFFF).astype(np.uint32)),
+        hi=hi,
+        lo=lo,
         salt=jnp.asarray(np.uint32(salt)),
     )
 
 
 def id_keys(seed: int, count: int) -> jax.Array:
-    """Returns the keys of replicates 0 .. count - 1 for weights by id: replicate r's key
-    depends on (seed, r) alone, so files with other extras or replicate counts pair."""
-    base = jax.random.fold_in(jax.random.key(seed), _ID_STREAM)
-    return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(count, dtype=jnp.uint32))
+    """Returns the keys of replicates 0 .. count - 1 for weights by id (`id_key`)."""
+    return jax.vmap(lambda r: id_key(seed, r))(jnp.arange(count, dtype=jnp.uint32))
 
 
 def nested_bootstrap(

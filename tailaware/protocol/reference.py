@@ -53,11 +53,10 @@ from tailaware.core import evaluate, metrics
 from tailaware.io import errors, reference_counts
 from tailaware.io.reference_counts import ReferenceCounts
 from tailaware.io.scores import SampledScores, count_above, load_scores
+from tailaware.protocol import nested
 from tailaware.protocol.settings import PredictSettings
 from tailaware.tail import dequantize, estimators
 
-# Poisson(1)'s CDF at 0..19 (the mass beyond, < 1e-18, folds into 19).
-_POISSON1_CDF = np.cumsum(np.exp(-1.0) / np.cumprod(np.r_[1.0, np.arange(1.0, 20.0)]))[:-1]
 _Z90 = 1.6448536269514722
 # Positives ranked within this many times k by A give the discordance rate: deeper, in the bulk
 # of the scores, a flip per item above is rarer (docs/validation.md, "Discordance the sample
@@ -163,19 +162,13 @@ def check_pair(target: SampledScores, reference: SampledScores, *, source: str) 
 
 
 def poisson_weights(ids: np.ndarray, seed: int, replicate: int) -> np.ndarray:
-    """Returns Poisson(1) weights [same shape] of distractor ids (0 at -1 padding): a
-    counter-based hash (splitmix64) of (seed, replicate, id), so every file holding an item
-    gives it the same weight."""
-    z = np.asarray(ids, np.int64).astype(np.uint64)
-    z = z + np.full(
-        z.shape, (seed * 1_000_003 + replicate + 1) * 0x9E3779B97F4A7C15 % 2**64, np.uint64
-    )
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    u = (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    w = np.searchsorted(_POISSON1_CDF, u, side="right")
-    return np.where(np.asarray(ids) >= 0, w, 0).astype(np.int64)
+    """Returns Poisson(1) weights [same shape] of distractor ids (0 at -1 padding): the nested
+    bootstrap's weight of each id in that replicate (`nested.id_weights`), a hash of (seed,
+    replicate, id), so every file holding an item gives it the same weight."""
+    ids = np.asarray(ids, np.int64)
+    key = nested.id_key(seed, replicate)
+    w = np.asarray(nested.id_weights(key, *nested.id_halves(np.maximum(ids, 0).ravel())))
+    return np.where(ids >= 0, w.reshape(ids.shape), 0).astype(np.int64)
 
 
 def _stored_above(sc: SampledScores) -> np.ndarray:
