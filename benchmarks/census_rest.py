@@ -87,7 +87,7 @@ def main() -> None:
             sc = bench.file_of(
                 s, pos, fixed, rest, m, census_mask=plan.census, inclusion=plan.inclusion
             )
-            h = prediction.estimate(census.fold(sc), st)
+            h = prediction.estimate(census.fold(sc, n), st)
             got["census rest"].append(ratios(((n - plan.n_census) * h.x)[near], k_rest[near]))
             print(f"set {i} seed {seed}: " + ", ".join(
                 f"{name} {v[-1][0]:.0f}/{v[-1][1]:.0f}" for name, v in got.items()

@@ -69,7 +69,7 @@ def test_pooled_count_is_unbiased_and_a_good_proxy_beats_uniform(noise, fill):
     assert d.n_census + d.inclusion * (N - d.n_census) == pytest.approx(0.05 * N)
     pooled, uniform = [], []
     for seed in range(300):
-        sc = census.fold(_file(scores, pos, d, ids, seed))
+        sc = census.fold(_file(scores, pos, d, ids, seed), N)
         x = estimators.estimate(sc, "count", TailSettings()).x
         pooled.append(sc.fixed_counts + x * (N - d.n_census))
         u = sampling.in_sample(ids, 0.05, seed)
@@ -136,7 +136,7 @@ def test_file_without_census_is_uniform_and_census_round_trips(tmp_path):
     assert back.n_census == d.n_census and back.inclusion == pytest.approx(d.inclusion)
     np.testing.assert_array_equal(back.census_counts, sc.census_counts)
     plain = scores_lib.make_scores(sc.tail_scores, sc.pos_scores, sc.pos_counts, sc.n_sample)
-    assert plain.n_census == 0 and census.fold(plain) is plain
+    assert plain.n_census == 0 and census.fold(plain, N) is plain
     with pytest.raises(errors.InputError, match="n_census"):
         scores_lib.make_scores(
             sc.tail_scores, sc.pos_scores, sc.pos_counts, sc.n_sample,

@@ -64,6 +64,9 @@ class SampledScores:
     census_counts: np.ndarray | None = None  # [Q, P] exact census items above each positive
     n_census: int = 0  # C, the census size (0: a uniform sample of the whole gallery)
     inclusion: float | None = None  # the sampled stratum's inclusion probability
+    # [Q, P] the hardness a census took out of the rest above each positive, which the tail
+    # fit of the rest does not see (`tailaware.protocol.census.fold`); not a file field.
+    depleted: np.ndarray | None = None
 
     @property
     def mask(self) -> np.ndarray:
@@ -85,6 +88,7 @@ class SampledScores:
             query_ids=None if self.query_ids is None else self.query_ids[queries],
             tail_ids=None if self.tail_ids is None else self.tail_ids[queries],
             census_counts=None if self.census_counts is None else self.census_counts[queries],
+            depleted=None if self.depleted is None else self.depleted[queries],
         )
 
 

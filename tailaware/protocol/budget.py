@@ -24,6 +24,7 @@ Sub-samples are made by thinning: each sampled distractor is kept independently 
 probability p, which is a uniform sub-sample (binomial, not fixed size) of the uniform sample.
 """
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -127,7 +128,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
     seen = count_above(new_tail, scores.pos_scores)
     counts = np.where(mask & (scores.pos_scores >= last), seen, counts)
     s_new = max(s_new, width)
-    return make_scores(
+    thinned = make_scores(
         new_tail,
         scores.pos_scores,
         np.where(mask, np.minimum(counts, s_new), -1),
@@ -137,6 +138,7 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         tail_ids=new_ids,
         source=f"thin(p={p})",
     )
+    return dataclasses.replace(thinned, depleted=scores.depleted)
 
 
 def nested_subsamples(scores: SampledScores, levels: int = 3, seed: int = 0) -> list[SampledScores]:

@@ -43,16 +43,25 @@ class Census(NamedTuple):
     found: float
 
 
-def fold(scores: SampledScores) -> SampledScores:
+def fold(scores: SampledScores, n_target: int) -> SampledScores:
     """Returns the sampled stratum as a uniform sample whose always-indexed counts include the
-    census counts (the file's census fields cleared): what the estimator reads."""
+    census counts (the file's census fields cleared): what the estimator reads, with the
+    census's share of the rest's N - C above each positive (`SampledScores.depleted`: the tail
+    fitted below the census extrapolates a tail the census is part of)."""
     if scores.census_counts is None:
         return scores
     mask = scores.mask
     before = scores.fixed_counts if scores.fixed_counts is not None else 0
     fixed = np.where(mask, before + scores.census_counts, -1)
+    n_rest = max(int(n_target) - int(scores.n_census), 1)
+    depleted = np.where(mask, scores.census_counts, 0) / n_rest
     return dataclasses.replace(
-        scores, fixed_counts=fixed, census_counts=None, n_census=0, inclusion=None
+        scores,
+        fixed_counts=fixed,
+        census_counts=None,
+        n_census=0,
+        inclusion=None,
+        depleted=depleted,
     )
 
 
@@ -91,7 +100,7 @@ def predict(
     if c >= n_target:
         raise ValueError(f"the census ({c:,}) must be smaller than the gallery N = {n_target:,}")
     hardness, p = prediction.estimate_and_predict(
-        fold(scores), settings, n_target - c, report=report
+        fold(scores, n_target), settings, n_target - c, report=report
     )
     metrics = {label: _shift(m, c) for label, m in p.metrics.items()}
     info = describe(scores, n_target, settings.k)

@@ -81,7 +81,9 @@ def report(
             if ref is not None:
                 raise ValueError("a reference correction of a census design is not supported")
             hardness, p = census.predict(scores, settings, n_target, report=spec, uniform=uniform)
-            scores = census.fold(scores)  # the artifact's counts: the rest's, beside the census
+            scores = census.fold(
+                scores, n_target
+            )  # the artifact's counts: the rest's, beside the census
         else:
             hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
     p = p._replace(queries=queries)

@@ -81,7 +81,9 @@ def _tail(model: TailModel) -> Traced:
     def traced(c: functional.Core, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
         # The threshold at q' of this (sub-)sample's kept scores (`functional.core`).
         est = evt.tail_hardness(c, functional.tail_settings(c, settings), model)
-        atoms = evt.priced_atoms(est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask)
+        atoms = evt.priced_atoms(
+            est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask, depleted=c.depleted
+        )
         return jnp.where(c.mask[..., None], atoms, 0.0), est.atoms.weights
 
     return traced

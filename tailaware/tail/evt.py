@@ -528,12 +528,21 @@ def priced_atoms(
     n_sample: ArrayLike,
     mask: _Arr,
     xp: ModuleType = jnp,
+    depleted: _Arr | None = None,
 ) -> _Arr:
     """Returns the hardness atoms [Q, P, A]: the tail's exp(`log_atoms`) where it prices a
     positive (`priced` [Q, P]), the count K / S elsewhere, 0 at padding. `xp`: jax.numpy when
-    traced, numpy for the host's float64 atoms."""
+    traced, numpy for the host's float64 atoms.
+
+    `depleted` [Q, P] (a census design's rest, `functional.Core.depleted`): the tail fitted
+    below the census extrapolates the gallery's tail, census included, so the census's share
+    above a positive is taken from its tail price, at least 0 (docs/estimators.md, "Census").
+    """
     x_count = xp.where(mask, counts / n_sample, 0.0)[..., None]
-    atoms: _Arr = xp.where(priced[..., None], xp.exp(log_atoms), x_count)
+    x_tail = xp.exp(log_atoms)
+    if depleted is not None:
+        x_tail = xp.maximum(x_tail - depleted[..., None], 0.0)
+    atoms: _Arr = xp.where(priced[..., None], x_tail, x_count)
     return atoms
 
 
@@ -619,13 +628,18 @@ def _estimate_jit(
 
 
 def _host_atoms(
-    est: TailEstimate, counts: np.ndarray, n_sample: float, mask: np.ndarray
+    est: TailEstimate,
+    counts: np.ndarray,
+    n_sample: float,
+    mask: np.ndarray,
+    depleted: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
-    renormalised in float64 (they come from a float32 softmax)."""
+    renormalised in float64 (they come from a float32 softmax); `depleted` as `priced_atoms`."""
     with np.errstate(under="ignore"):
         log_atoms = np.asarray(est.atoms.log_atoms, np.float64)
-        atoms = priced_atoms(log_atoms, np.asarray(est.priced), counts, n_sample, mask, xp=np)
+        priced = np.asarray(est.priced)
+        atoms = priced_atoms(log_atoms, priced, counts, n_sample, mask, np, depleted)
     weights = np.asarray(est.atoms.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
@@ -662,6 +676,14 @@ def estimate(
     priced = np.asarray(main.priced)
     with np.errstate(under="ignore"):
         x_tail = np.exp(np.asarray(log_x, np.float64))
+    dep = None if scores.depleted is None else np.where(mask, scores.depleted, 0.0)
+    atoms, weights = None, None
+    if np.shape(main.atoms.weights)[1] > 1:
+        atoms, weights = _host_atoms(main, counts, s, mask, dep)
+        if dep is not None:  # the census's share is taken atom by atom: x is their mean
+            x_tail = np.einsum("qpa,qa->qp", atoms, weights)
+    elif dep is not None:
+        x_tail = np.maximum(x_tail - dep, 0.0)
     x = np.where(mask, np.where(priced, x_tail, counts / s), 0.0)
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
@@ -676,12 +698,11 @@ def estimate(
     others: tuple[Hardness, ...] = ()
     if rest is not None:
         others = tuple(
-            _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s)
+            _rerun(jax.tree.map(lambda a, i=i: a[i], rest), mask, counts, s, dep)
             for i in range(len(STABILITY_FACTORS))
         )
-    if np.shape(main.atoms.weights)[1] == 1:  # a point estimate
+    if atoms is None or weights is None:  # a point estimate
         return Hardness(x=x, mask=mask, tail_priced=priced, fit=diag, reruns=others)
-    atoms, weights = _host_atoms(main, counts, s, mask)
     reweigh = model.prior_weights if reruns else None
     return Hardness(
         x=x,
@@ -695,9 +716,15 @@ def estimate(
     )
 
 
-def _rerun(est: TailEstimate, mask: np.ndarray, counts: np.ndarray, n_sample: float) -> Hardness:
+def _rerun(
+    est: TailEstimate,
+    mask: np.ndarray,
+    counts: np.ndarray,
+    n_sample: float,
+    depleted: np.ndarray | None,
+) -> Hardness:
     """Returns a rerun's `Hardness` from its fetched `TailEstimate`."""
-    atoms, weights = _host_atoms(est, counts, n_sample, mask)
+    atoms, weights = _host_atoms(est, counts, n_sample, mask, depleted)
     x = np.einsum("qpa,qa->qp", atoms, weights)
     return Hardness(
         x=x, mask=mask, tail_priced=np.asarray(est.priced), atoms=atoms, weights=weights

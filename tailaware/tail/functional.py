@@ -35,7 +35,7 @@ def excess_count(m: int, threshold_quantile: float, factor: float = 1.0) -> int:
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=("tail", "pos", "counts", "mask", "fixed", "s", "prior"),
+    data_fields=("tail", "pos", "counts", "mask", "fixed", "s", "prior", "depleted"),
     meta_fields=("threshold_quantile",),
 )
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Core:
         threshold the estimator puts at its q-quantile of min(M, top_m).
       prior: [2] a given empirical-Bayes prior's fitted (mean, sd) on xi, used instead of the
         one the sample would fit (`evt.posterior_atoms`); None fits it.
+      depleted: [Q, P] the hardness a census took out of the rest above each positive, taken
+        from the tail's price (`evt.priced_atoms`); None for a uniform sample.
     """
 
     tail: jax.Array
@@ -60,6 +62,7 @@ class Core:
     s: jax.Array
     threshold_quantile: float
     prior: jax.Array | None = None
+    depleted: jax.Array | None = None
 
 
 def resample_width(settings: TailSettings, m: int) -> int:
@@ -127,6 +130,9 @@ def core(
         s=jnp.float32(scores.n_sample),
         threshold_quantile=tq,
         prior=None if prior is None else jnp.asarray(prior, jnp.float32),
+        depleted=None
+        if scores.depleted is None
+        else jnp.asarray(np.where(mask, scores.depleted, 0.0), jnp.float32),
     )
 
 
