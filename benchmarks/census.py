@@ -8,8 +8,9 @@ similarity file's content) and, per budget f and hash seed:
 
 - uniform: the id-hash sample at f (`core/sampling.py`), predicted as today;
 - census: `core/design.plan` from the proxy's lists (census share of the budget
-  `--census_share`), the rest sampled at the rate that makes the total embedded share f, the
-  pooled prediction (`protocol/census.predict`).
+  `--census_share`), the hash sample at the rate that makes the total embedded share f (census
+  items it draws included, as the ILIAS job writes it), the pooled prediction
+  (`protocol/census.predict`).
 
 Query sets: the full set (queries x k / N as the benchmark has it) and disjoint sets of
 `--set_size` queries (ILIAS-like queries x k / N), split by a hash of the query id. Printed per
@@ -116,7 +117,9 @@ def settings(k: int, nested: int) -> PredictSettings:
 
 def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
     """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N],
-    naming each stored score's item (its column) as the ILIAS job does (`tail_ids`)."""
+    naming each stored score's item (its column) as the ILIAS job does (`tail_ids`); with a
+    `census_mask`, the census's counts and those of the census items `sampled` holds, as the
+    ILIAS job writes a census design's hash sample of the whole gallery."""
     order = np.argsort(-s[:, sampled], axis=1, kind="stable")
     x = np.take_along_axis(s[:, sampled], order, axis=1)
     ids = np.flatnonzero(sampled)[order[:, :m]]
@@ -124,10 +127,13 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
     extra = {}
     if census_mask is not None:
         c = np.sort(s[:, census_mask], axis=1)[:, ::-1]
+        drawn = np.sort(s[:, census_mask & sampled], axis=1)[:, ::-1]
         extra = dict(
             census_counts=np.where(np.isnan(pos), -1, scores_lib.count_above(c, pos)),
             n_census=int(census_mask.sum()),
             inclusion=inclusion,
+            drawn_counts=np.where(np.isnan(pos), 0, scores_lib.count_above(drawn, pos)),
+            n_drawn=int((census_mask & sampled).sum()),
         )
     return scores_lib.make_scores(
         x[:, :m], pos, counts, int(sampled.sum()), fixed_counts=fixed, tail_ids=ids, **extra
@@ -171,8 +177,8 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             t0 = time.monotonic()
             u = sampling.in_sample(tgt.dids, f, seed)
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
-            rest = ~cen & sampling.in_sample(tgt.dids, plan.inclusion, seed)
-            sc = file_of(s, pos, fixed, rest, m, census_mask=cen, inclusion=plan.inclusion)
+            whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
+            sc = file_of(s, pos, fixed, whole, m, census_mask=cen, inclusion=plan.inclusion)
             _, pc = census.predict(sc, st, n)
             for name, p in (("uniform", pu), ("census", pc)):
                 lo, hi = p.interval.ci90.reported

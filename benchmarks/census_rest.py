@@ -83,9 +83,9 @@ def main() -> None:
                     bench.file_of(s, pos, fixed, sampling.in_sample(tgt.dids, rate, seed), m), st
                 )
                 got[name].append(ratios((n * h.x)[near], k_all[near]))
-            rest = ~plan.census & sampling.in_sample(tgt.dids, plan.inclusion, seed)
+            whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
             sc = bench.file_of(
-                s, pos, fixed, rest, m, census_mask=plan.census, inclusion=plan.inclusion
+                s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion
             )
             h = prediction.estimate(census.fold(sc, n), st)
             got["census rest"].append(ratios(((n - plan.n_census) * h.x)[near], k_rest[near]))

@@ -15,12 +15,15 @@ Q queries, M stored tail scores per query and P positives per query (padded).
 - `tail_ids` int64 [Q, M], optional: the distractor ids of `tail_scores` (-1 at padding). Two
   models scored on the same id-hash sample then pair item by item (a reference's correction,
   `tailaware.protocol.reference`).
-- `census_counts` int64 [Q, P], `n_census` int64 [] and `inclusion` float64 [], optional, all
-  three or none: a census design (`tailaware.core.design`). C = `n_census` items were embedded
-  with certainty and `census_counts` counts those strictly above each positive (exact, -1 at
-  padding); every other field then describes the sampled stratum alone: a uniform sample of the
-  other N - C items, each included with probability `inclusion`. Without them the file is a
-  uniform sample of the whole gallery, as before (`n_census` 0).
+- `census_counts` int64 [Q, P], `n_census` int64 [], `inclusion` float64 [], `drawn_counts`
+  int64 [Q, P] and `n_drawn` int64 [], optional, all five or none: a census design
+  (`tailaware.core.design`). C = `n_census` items were embedded with certainty and
+  `census_counts` counts those strictly above each positive (exact, -1 at padding); every other
+  field describes the id-hash sample of the whole gallery at rate `inclusion`, census items
+  included: `n_drawn` of its items are census items, `drawn_counts` of them strictly above each
+  positive (0 at padding). Without them the file is a uniform sample of the whole gallery
+  (`n_census` 0). (A census file of the first layout, which held the rest alone, lacks the
+  drawn fields and is refused: rerun its job.)
 
 Tie rule (ours, stated because the official code's unstable sort leaves it arbitrary): an item
 outranks a positive only when its score is strictly greater.
@@ -63,7 +66,9 @@ class SampledScores:
     tail_ids: np.ndarray | None = None  # [Q, M] int64 ids of tail_scores, -1 at padding
     census_counts: np.ndarray | None = None  # [Q, P] exact census items above each positive
     n_census: int = 0  # C, the census size (0: a uniform sample of the whole gallery)
-    inclusion: float | None = None  # the sampled stratum's inclusion probability
+    inclusion: float | None = None  # the hash sample's rate in a census design
+    drawn_counts: np.ndarray | None = None  # [Q, P] census items of the sample above each positive
+    n_drawn: int = 0  # census items the hash sample holds
     # [Q, P] the hardness a census took out of the rest above each positive, which the tail
     # fit of the rest does not see (`tailaware.protocol.census.fold`); not a file field.
     depleted: np.ndarray | None = None
@@ -88,6 +93,7 @@ class SampledScores:
             query_ids=None if self.query_ids is None else self.query_ids[queries],
             tail_ids=None if self.tail_ids is None else self.tail_ids[queries],
             census_counts=None if self.census_counts is None else self.census_counts[queries],
+            drawn_counts=None if self.drawn_counts is None else self.drawn_counts[queries],
             depleted=None if self.depleted is None else self.depleted[queries],
         )
 
@@ -104,6 +110,8 @@ def make_scores(
     census_counts=None,
     n_census=None,
     inclusion=None,
+    drawn_counts=None,
+    n_drawn=None,
     source: str = "<arrays>",
 ) -> SampledScores:
     """Builds a validated `SampledScores` from arrays, casting to the file's dtypes.
@@ -129,6 +137,10 @@ def make_scores(
         fields["n_census"] = np.asarray(n_census, dtype=np.int64)
     if inclusion is not None:
         fields["inclusion"] = np.asarray(inclusion, dtype=np.float64)
+    if drawn_counts is not None:
+        fields["drawn_counts"] = np.asarray(drawn_counts, dtype=np.int64)
+    if n_drawn is not None:
+        fields["n_drawn"] = np.asarray(n_drawn, dtype=np.int64)
     return _validate(fields, source)
 
 
@@ -186,6 +198,9 @@ def save_scores(path: str | os.PathLike, scores: SampledScores) -> None:
         arrays["census_counts"] = scores.census_counts
         arrays["n_census"] = np.asarray(scores.n_census, dtype=np.int64)
         arrays["inclusion"] = np.asarray(scores.inclusion, dtype=np.float64)
+        assert scores.drawn_counts is not None, "a census without its drawn counts"
+        arrays["drawn_counts"] = scores.drawn_counts
+        arrays["n_drawn"] = np.asarray(scores.n_drawn, dtype=np.int64)
     atomic.write_npz(path, **arrays)
 
 
@@ -313,9 +328,21 @@ def _validate(fields: dict, src: str) -> SampledScores:
         ordered = np.sort(tail_ids, axis=1)
         if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any():
             fail("tail_ids", "an id repeats within a query's row")
-    census, n_census, inclusion = _census(fields, valid, fail)
+    census, n_census, inclusion, drawn, n_drawn = _census(fields, valid, counts, s, fail)
     return SampledScores(
-        tail, pos, counts, s, fixed, query_ids, reconciled, tail_ids, census, n_census, inclusion
+        tail,
+        pos,
+        counts,
+        s,
+        fixed,
+        query_ids,
+        reconciled,
+        tail_ids,
+        census,
+        n_census,
+        inclusion,
+        drawn,
+        n_drawn,
     )
 
 
@@ -327,28 +354,47 @@ FIELDS: tuple[str, ...] = (
     "fixed_counts",
     "query_ids",
 )
-FIELDS += ("tail_ids", "census_counts", "n_census", "inclusion")
+CENSUS_FIELDS = ("census_counts", "n_census", "inclusion", "drawn_counts", "n_drawn")
+FIELDS += ("tail_ids", *CENSUS_FIELDS)
 
 
-def _census(fields: dict, valid: np.ndarray, fail) -> tuple[np.ndarray | None, int, float | None]:
-    """Returns the census fields (counts, C, inclusion) checked, or (None, 0, None)."""
-    names = ("census_counts", "n_census", "inclusion")
-    present = [n in fields for n in names]
+def _census(
+    fields: dict, valid: np.ndarray, counts: np.ndarray, s: int, fail
+) -> tuple[np.ndarray | None, int, float | None, np.ndarray | None, int]:
+    """Returns the census fields (counts, C, inclusion, drawn counts, drawn items) checked, or
+    (None, 0, None, None, 0)."""
+    present = [n in fields for n in CENSUS_FIELDS]
     if not any(present):
-        return None, 0, None
+        return None, 0, None, None, 0
     if not all(present):
-        fail(names[present.index(False)], "missing: a census needs all of " + ", ".join(names))
-    census, n_census, inclusion = (fields[n] for n in names)
-    _check_dtype(census, np.int64, "census_counts", fail)
-    if census.shape != valid.shape:
-        fail("census_counts", f"expected the shape of pos_scores {valid.shape}, got {census.shape}")
-    if n_census.shape != () or n_census.dtype.kind not in "iu" or int(n_census) < 0:
-        fail("n_census", f"expected an integer scalar C >= 0, got {n_census.dtype} {n_census}")
+        fail(
+            CENSUS_FIELDS[present.index(False)],
+            "missing: a census needs all of " + ", ".join(CENSUS_FIELDS),
+        )
+    census, n_census, inclusion, drawn, n_drawn = (fields[n] for n in CENSUS_FIELDS)
+    for name, a in (("census_counts", census), ("drawn_counts", drawn)):
+        _check_dtype(a, np.int64, name, fail)
+        if a.shape != valid.shape:
+            fail(name, f"expected the shape of pos_scores {valid.shape}, got {a.shape}")
+    for name, a in (("n_census", n_census), ("n_drawn", n_drawn)):
+        if a.shape != () or a.dtype.kind not in "iu" or int(a) < 0:
+            fail(name, f"expected an integer scalar >= 0, got {a.dtype} {a}")
     if (valid & ((census < 0) | (census > int(n_census)))).any():
         fail("census_counts", f"expected counts in [0, n_census = {int(n_census)}] at positives")
     if inclusion.shape != () or inclusion.dtype.kind != "f" or not 0.0 < float(inclusion) <= 1.0:
         fail("inclusion", f"expected a probability in (0, 1], got {inclusion}")
-    return np.where(valid, census, -1), int(n_census), float(inclusion)
+    if int(n_drawn) > min(int(n_census), s):
+        fail("n_drawn", f"expected at most min(n_census, n_sample), got {int(n_drawn)}")
+    over = (drawn < 0) | (drawn > census) | (drawn > counts) | (drawn > int(n_drawn))
+    if (valid & over).any():
+        fail("drawn_counts", "expected counts in [0, min(census_counts, pos_counts, n_drawn)]")
+    return (
+        np.where(valid, census, -1),
+        int(n_census),
+        float(inclusion),
+        np.where(valid, drawn, 0),
+        int(n_drawn),
+    )
 
 
 def _agree_with_tail(tail, pos, counts, valid, *, full, fail) -> tuple[np.ndarray, int]:

@@ -83,16 +83,15 @@ def run(config, workdir: str) -> Prediction | None:
             plan.design.n_census,
             fraction,
         )
-    m_search = m + (plan.extra if plan else 0)
     backend = scoring.make_backend(
-        config.backend, queries.features, m_search, config.block_size, config.matmul_dtype
+        config.backend, queries.features, m, config.block_size, config.matmul_dtype
     )
     all_scores = backend.scores(positives.features)  # [Q, T], the same arithmetic as the search
     pos, fixed = exact.positive_scores(all_scores, slots, relevant)
     spec = scoring.SearchSpec(
         fraction,
         int(config.seed),
-        m_search,
+        m,
         ilias_folder.fingerprint(queries, positives) + fingerprint,
     )
     process, count = jax.process_index(), jax.process_count()
@@ -117,12 +116,8 @@ def run(config, workdir: str) -> Prediction | None:
             f"{config.features}: no distractor in the {config.sample_fraction} sample of "
             f"{n_distractors}; raise --config.sample_fraction"
         )
-    uniform = None
     if plan is not None:
         scored = census.score(backend, plan, shards, pos)
-        state, whole = census.split(state, plan, scored, m)
-        uniform = _scores(whole, pos, slots, fixed, n_sample, queries.ids, workdir)
-        n_sample -= plan.extra
         census.save(os.path.join(workdir, "design.npz"), plan, n_distractors, int(config.seed))
     counts = np.where(slots >= 0, state.counts, -1)
     scores = _scores(state, pos, slots, fixed, n_sample, queries.ids, workdir)
@@ -132,6 +127,8 @@ def run(config, workdir: str) -> Prediction | None:
             census_counts=scored.counts,
             n_census=plan.design.n_census,
             inclusion=plan.design.inclusion,
+            drawn_counts=scored.drawn_counts,
+            n_drawn=plan.extra,
         )
     scores_lib.save_scores(os.path.join(workdir, "sampled_scores.npz"), scores)
     n_target = int(config.n_target) or n_distractors
@@ -177,7 +174,6 @@ def run(config, workdir: str) -> Prediction | None:
             queries=config.queries,
             spec=groups,
             ref=ref,
-            uniform=uniform,
         )
     # The checkpoints resume an interrupted run; once its results are written they are only
     # disk (tens of MB a process). An interrupted run never gets here and keeps them.

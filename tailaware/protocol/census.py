@@ -1,26 +1,31 @@
 """The pooled prediction of a census design: the census counted exactly, the rest estimated.
 
-A census design (`tailaware.core.design`) embeds C items with certainty and a uniform sample of
-the other N - C. Each positive's outranking count is then
+A census design (`tailaware.core.design`) embeds C items with certainty and hashes the whole
+gallery at the rate pi that makes the budget: its sample is a uniform sample of the gallery,
+census items included (D of them above a positive, U = C - D not). Each positive's outranking
+count is
 
-    (exact census items above it) + (the estimate over the rest, N - C items)
+    (the census items above it, exact) + (the estimate over the rest)
 
-and the tail machinery supplies the second term unchanged: a uniform sample of N - C items is
-what it always models, with N - C as its N. The census count joins the always-indexed database
-items the sampled-scores file already carries (`fixed_counts`), so every metric, the curve, the
-ILIAS report, the nested bootstrap and the budget check flow through one hook (`fold`), and
-the interval carries only the sampled stratum's terms (the census is exact). Whatever the
-proxy, the estimate stays unbiased: a bad proxy only makes the census hold fewer outrankers.
-
-The curve's sizes are the census plus the rest (`N - C` on the estimator's grid, shifted by C).
+where the rest's estimate is the sample's estimate of the gallery's count less the census's:
+the tail fitted to a sample of the whole gallery extrapolates the gallery's tail, census
+included, however deep the census lies (a tail fitted to the rest alone sees the census's
+depletion only where the census reaches into the sampled scores). `fold` hands the estimator
+the hash sample as a uniform one at N: the undrawn census U joins the always-indexed items
+(`fixed_counts`) and its share U / (N - S) of the unsampled items is taken from every
+estimate of the positive's hardness, at least 0 (`functional.deplete`). So every metric, the
+curve, the ILIAS report, the nested bootstrap and the budget check flow through one hook; the
+census's counts are exact, the interval's terms are the sample's. A positive's count is never
+below the census's, and a bad proxy only makes the census hold fewer outrankers.
+(docs/estimators.md, "Census".)
 """
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from tailaware.core.results import Curve, Hardness, MetricPrediction, Prediction
+from tailaware.core.results import Hardness, Prediction
 from tailaware.io.scores import SampledScores
 from tailaware.protocol import ilias_report, prediction
 from tailaware.protocol.settings import PredictSettings
@@ -44,35 +49,43 @@ class Census(NamedTuple):
 
 
 def fold(scores: SampledScores, n_target: int) -> SampledScores:
-    """Returns the sampled stratum as a uniform sample whose always-indexed counts include the
-    census counts (the file's census fields cleared): what the estimator reads, with the
-    census's share of the rest's N - C above each positive (`SampledScores.depleted`: the tail
-    fitted below the census extrapolates a tail the census is part of)."""
-    if scores.census_counts is None:
+    """Returns the file as the estimator reads it at the gallery size N = `n_target`: its hash
+    sample of the whole gallery as a uniform sample whose always-indexed counts include the
+    census items it does not hold (U = census less drawn above each positive), and their share
+    of the N - S unsampled items (`SampledScores.depleted` = U / (N - S), taken from every
+    estimate). The file's census fields are cleared."""
+    if scores.census_counts is None or scores.drawn_counts is None:
         return scores
     mask = scores.mask
     before = scores.fixed_counts if scores.fixed_counts is not None else 0
-    fixed = np.where(mask, before + scores.census_counts, -1)
-    n_rest = max(int(n_target) - int(scores.n_census), 1)
-    depleted = np.where(mask, scores.census_counts, 0) / n_rest
-    return dataclasses.replace(
-        scores,
-        fixed_counts=fixed,
-        census_counts=None,
-        n_census=0,
-        inclusion=None,
-        depleted=depleted,
-    )
+    undrawn = np.where(mask, scores.census_counts - scores.drawn_counts, 0)
+    fixed = np.where(mask, before + undrawn, -1)
+    depleted = undrawn / float(max(int(n_target) - int(scores.n_sample), 1))
+    return dataclasses.replace(scores, fixed_counts=fixed, depleted=depleted, **_UNIFORM)
+
+
+# A census file's fields cleared: what is left is its hash sample, a uniform one.
+_UNIFORM: dict[str, Any] = dict(
+    census_counts=None, n_census=0, inclusion=None, drawn_counts=None, n_drawn=0
+)
+
+
+def uniform_part(scores: SampledScores) -> SampledScores:
+    """Returns the file's hash sample as a uniform sample of the whole gallery (census items it
+    drew included): the uniform-only prediction beside the pooled one."""
+    return dataclasses.replace(scores, **_UNIFORM)
 
 
 def describe(scores: SampledScores, n_target: int, k: int) -> Census:
     """Returns the census's size and the share of outrankers it holds (a Horvitz-Thompson
-    estimate of the rest's: sampled counts over the sampling rate S / (N - C))."""
+    estimate of the rest's: the rest's sampled counts over its sampling rate)."""
     assert scores.census_counts is not None, "describe needs a census design's scores"
     c = int(scores.n_census)
-    rate = scores.n_sample / max(n_target - c, 1)
+    assert scores.drawn_counts is not None, "a census without its drawn counts"
+    rate = (scores.n_sample - scores.n_drawn) / max(n_target - c, 1)
     census = np.where(scores.mask, scores.census_counts, 0).astype(np.float64)
-    total = census + np.where(scores.mask, scores.pos_counts, 0) / rate
+    rest = np.where(scores.mask, scores.pos_counts - scores.drawn_counts, 0)
+    total = census + rest / rate
     # Only positives that can score at k decide the metric; the far ones' outrankers would
     # swamp the share (their counts are in the thousands).
     near = scores.mask & (total < k)
@@ -88,52 +101,42 @@ def predict(
     n_target: int,
     *,
     report: ilias_report.ReportSpec | None = None,
-    uniform: SampledScores | None = None,
 ) -> tuple[Hardness, Prediction]:
     """Returns (the hardness of the rest, the pooled `Prediction` at gallery size `n_target`).
 
-    `scores` is a census design's file (`n_census` > 0); `uniform`, the same hash sample over
-    the whole gallery (census items included), adds the uniform-only mAP@k beside the pooled
-    one (`baselines["uniform_only"]`). N, the curve and the summary speak of the whole gallery.
+    `scores` is a census design's file (`n_census` > 0); where it holds the hash sample of the
+    whole gallery (`drawn_counts`), the uniform-only mAP@k from that sample alone joins the
+    pooled one (`baselines["uniform_only"]`). N, the curve and the summary speak of the whole
+    gallery.
     """
     c = int(scores.n_census)
     if c >= n_target:
         raise ValueError(f"the census ({c:,}) must be smaller than the gallery N = {n_target:,}")
     hardness, p = prediction.estimate_and_predict(
-        fold(scores, n_target), settings, n_target - c, report=report
+        fold(scores, n_target), settings, n_target, report=report
     )
-    metrics = {label: _shift(m, c) for label, m in p.metrics.items()}
     info = describe(scores, n_target, settings.k)
     baselines = dict(p.baselines)
     lines = [
         f"CENSUS: {c:,} items embedded with certainty ({100 * info.share_of_n:.2f}% of N = "
         f"{n_target:,}; {info.per_query_k:.2f} x k per query), a uniform sample of "
-        f"{scores.n_sample:,} of the other {n_target - c:,} (inclusion {scores.inclusion:.4g}); "
+        f"{scores.n_sample - scores.n_drawn:,} of the other {n_target - c:,} (inclusion "
+        f"{scores.inclusion:.4g}); "
         f"the census holds {100 * info.found:.1f}% of the outrankers of the positives within "
-        f"k. The lines below speak of the rest (N - C = {n_target - c:,}) beside the census."
+        f"k."
     ]
-    if uniform is not None:
-        h_u = prediction.estimate(uniform, settings)
-        label = next(iter(p.metrics))
-        u = prediction.at_target(uniform, settings, h_u, float(n_target))[label]
-        baselines["uniform_only"] = float(u.value)
-        lo, hi = prediction.predicted_interval(u).ci90.reported
-        lines.append(
-            f"UNIFORM ONLY: {label} at N = {n_target:,}: {u.value:.4f} [{lo:.4f}, {hi:.4f}] "
-            f"from the {uniform.n_sample:,} hash-sampled items alone; pooled: "
-            f"{p.metrics[label].value:.4f}"
-        )
+    uniform = uniform_part(scores)
+    h_u = prediction.estimate(uniform, settings)
+    label = next(iter(p.metrics))
+    u = prediction.at_target(uniform, settings, h_u, float(n_target))[label]
+    baselines["uniform_only"] = float(u.value)
+    lo, hi = prediction.predicted_interval(u).ci90.reported
+    lines.append(
+        f"UNIFORM ONLY: {label} at N = {n_target:,}: {u.value:.4f} [{lo:.4f}, {hi:.4f}] "
+        f"from the {uniform.n_sample:,} hash-sampled items alone; pooled: "
+        f"{p.metrics[label].value:.4f}"
+    )
     diag = p.diagnostics
     if diag is not None:
         diag = diag._replace(summary=(*lines, *diag.summary))
-    return hardness, p._replace(
-        n_target=int(n_target), metrics=metrics, baselines=baselines, diagnostics=diag
-    )
-
-
-def _shift(m: MetricPrediction, c: int) -> MetricPrediction:
-    """Returns `m` with its curve's sizes moved from the rest's to the whole gallery's."""
-    if m.curve is None:
-        return m
-    curve: Curve = m.curve._replace(n=tuple(float(n) + c for n in m.curve.n))
-    return m._replace(curve=curve)
+    return hardness, p._replace(baselines=baselines, diagnostics=diag)

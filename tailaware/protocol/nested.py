@@ -248,6 +248,7 @@ def _nested(
         tail = jnp.where(drawn_again, tail, c.tail)
         counts = jnp.where(drawn_again, counts, c.counts)
         atoms, w = traced(dataclasses.replace(c, tail=tail, counts=counts), settings)
+        atoms = functional.deplete(atoms, c.depleted)
 
         def law_values(atoms, w):
             return evaluate.traced_values(

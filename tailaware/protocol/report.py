@@ -54,7 +54,6 @@ def report(
     queries: str | None = None,
     spec: ilias_report.ReportSpec | None = None,
     ref: reference.Inputs | None = None,
-    uniform: SampledScores | None = None,
 ) -> Prediction:
     """Predicts at `n_target` and writes prediction.json, its curve plot and the hardness
     artifact `hardness.npz` (with the reruns and the distractor sds; `metadata` joins the tail
@@ -64,8 +63,8 @@ def report(
     `spec`, its official report's groups, adds the predicted report; `ref`, a reference model's
     exact run and sampled scores (`reference.load_inputs`), the corrected prediction
     (`reference.correct`, prediction.json's `reference`). A census design's file (`n_census`
-    > 0) is predicted pooled (`census.predict`; `uniform`, its hash sample over the whole
-    gallery, adds the uniform-only value beside it).
+    > 0) is predicted pooled (`census.predict`, with the uniform-only value beside it where the
+    file holds the hash sample of the whole gallery).
     """
     q, m = scores.tail_scores.shape
     what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
@@ -80,7 +79,7 @@ def report(
         if scores.n_census:
             if ref is not None:
                 raise ValueError("a reference correction of a census design is not supported")
-            hardness, p = census.predict(scores, settings, n_target, report=spec, uniform=uniform)
+            hardness, p = census.predict(scores, settings, n_target, report=spec)
             scores = census.fold(
                 scores, n_target
             )  # the artifact's counts: the rest's, beside the census

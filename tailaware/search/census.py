@@ -2,10 +2,9 @@
 
 The ILIAS job with proxies (`--config.proxy`) plans a census (`tailaware.core.design`) from
 the proxies' top lists (similarity files, or feature folders searched: `tailaware.search.proxy`),
-searches the hash sample at the rest's rate pi over the whole folder with room for the census
-items it draws (`Plan.extra`), scores the census exactly (`score`), and splits the search into
-the sampled stratum (census items removed, their counts subtracted) and the uniform sample of
-the whole gallery (`split`).
+searches the hash sample at the rest's rate pi over the whole folder (the census items it draws
+included, `Plan.extra` of them) and scores the census exactly (`score`): the census's counts
+above each positive, and those of the census items the sample holds.
 
 Shapes: Q queries, P positive slots, M kept scores, C census items, N distractors.
 """
@@ -23,7 +22,6 @@ from tailaware.io.ilias_folder import Shard
 from tailaware.io.scores import count_above
 from tailaware.search import proxy
 from tailaware.search.backends import global_ids, split_ids
-from tailaware.search.topk import TopState
 
 
 class Plan(NamedTuple):
@@ -51,7 +49,7 @@ class Plan(NamedTuple):
 
     @property
     def extra(self) -> int:
-        """How many census items the hash sample draws: the search keeps this many more."""
+        """How many census items the hash sample draws (the file's `n_drawn`)."""
         return int(self.drawn.sum())
 
 
@@ -148,23 +146,6 @@ def score(backend, plan_: Plan, shards: Sequence[Shard], pos: np.ndarray) -> Sco
                 drawn += count_above(d, pos)
     mask = ~np.isnan(pos)
     return Scored(np.where(mask, counts, -1), np.where(mask, drawn, 0))
-
-
-def split(state: TopState, plan_: Plan, scored: Scored, m: int) -> tuple[TopState, TopState]:
-    """Returns (the sampled stratum, the uniform sample of the whole gallery), each top-`m`.
-
-    `state` is the search at the rest's rate with `m + plan_.extra` kept scores: the stratum
-    drops the census items from each row (at most `extra`) and their counts.
-    """
-    uniform = TopState(state.vals[:, :m], state.ids[:, :m], state.counts)
-    keep = ~np.isin(state.ids, plan_.ids)
-    order = np.argsort(~keep, axis=1, kind="stable")[:, :m]  # kept entries first, in order
-    vals = np.where(
-        np.take_along_axis(keep, order, 1), np.take_along_axis(state.vals, order, 1), -np.inf
-    )
-    ids = np.where(np.isfinite(vals), np.take_along_axis(state.ids, order, 1), -1)
-    counts = np.maximum(state.counts - scored.drawn_counts, 0)
-    return TopState(vals.astype(np.float32), ids, counts), uniform
 
 
 def save(path: str | os.PathLike, plan_: Plan, n: int, seed: int) -> None:

@@ -81,9 +81,7 @@ def _tail(model: TailModel) -> Traced:
     def traced(c: functional.Core, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
         # The threshold at q' of this (sub-)sample's kept scores (`functional.core`).
         est = evt.tail_hardness(c, functional.tail_settings(c, settings), model)
-        atoms = evt.priced_atoms(
-            est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask, depleted=c.depleted
-        )
+        atoms = evt.priced_atoms(est.atoms.log_atoms, est.priced, c.counts, c.s, c.mask)
         return jnp.where(c.mask[..., None], atoms, 0.0), est.atoms.weights
 
     return traced
@@ -135,7 +133,8 @@ count, homogeneous = ESTIMATORS["count"], ESTIMATORS["homogeneous"]
 
 @functools.partial(jax.jit, static_argnames=("traced", "settings"))
 def _run(c: functional.Core, traced: Traced, settings: TailSettings) -> tuple[jax.Array, jax.Array]:
-    return traced(c, settings)
+    atoms, weights = traced(c, settings)
+    return functional.deplete(atoms, c.depleted), weights
 
 
 def estimate(

@@ -528,21 +528,12 @@ def priced_atoms(
     n_sample: ArrayLike,
     mask: _Arr,
     xp: ModuleType = jnp,
-    depleted: _Arr | None = None,
 ) -> _Arr:
     """Returns the hardness atoms [Q, P, A]: the tail's exp(`log_atoms`) where it prices a
     positive (`priced` [Q, P]), the count K / S elsewhere, 0 at padding. `xp`: jax.numpy when
-    traced, numpy for the host's float64 atoms.
-
-    `depleted` [Q, P] (a census design's rest, `functional.Core.depleted`): the tail fitted
-    below the census extrapolates the gallery's tail, census included, so the census's share
-    above a positive is taken from its tail price, at least 0 (docs/estimators.md, "Census").
-    """
+    traced, numpy for the host's float64 atoms."""
     x_count = xp.where(mask, counts / n_sample, 0.0)[..., None]
-    x_tail = xp.exp(log_atoms)
-    if depleted is not None:
-        x_tail = xp.maximum(x_tail - depleted[..., None], 0.0)
-    atoms: _Arr = xp.where(priced[..., None], x_tail, x_count)
+    atoms: _Arr = xp.where(priced[..., None], xp.exp(log_atoms), x_count)
     return atoms
 
 
@@ -635,11 +626,12 @@ def _host_atoms(
     depleted: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns float64 atoms [Q, P, A] and weights [Q, A] of a fetched `TailEstimate`, the weights
-    renormalised in float64 (they come from a float32 softmax); `depleted` as `priced_atoms`."""
+    renormalised in float64 (they come from a float32 softmax), less the census's share
+    `depleted` (`functional.deplete`)."""
     with np.errstate(under="ignore"):
         log_atoms = np.asarray(est.atoms.log_atoms, np.float64)
-        priced = np.asarray(est.priced)
-        atoms = priced_atoms(log_atoms, priced, counts, n_sample, mask, np, depleted)
+        atoms = priced_atoms(log_atoms, np.asarray(est.priced), counts, n_sample, mask, xp=np)
+    atoms = functional.deplete(atoms, depleted, np)
     weights = np.asarray(est.atoms.weights, np.float64)
     return atoms, weights / weights.sum(axis=1, keepdims=True)
 
@@ -676,15 +668,15 @@ def estimate(
     priced = np.asarray(main.priced)
     with np.errstate(under="ignore"):
         x_tail = np.exp(np.asarray(log_x, np.float64))
+    x = np.where(mask, np.where(priced, x_tail, counts / s), 0.0)
     dep = None if scores.depleted is None else np.where(mask, scores.depleted, 0.0)
     atoms, weights = None, None
     if np.shape(main.atoms.weights)[1] > 1:
         atoms, weights = _host_atoms(main, counts, s, mask, dep)
         if dep is not None:  # the census's share is taken atom by atom: x is their mean
-            x_tail = np.einsum("qpa,qa->qp", atoms, weights)
-    elif dep is not None:
-        x_tail = np.maximum(x_tail - dep, 0.0)
-    x = np.where(mask, np.where(priced, x_tail, counts / s), 0.0)
+            x = np.einsum("qpa,qa->qp", atoms, weights)
+    else:
+        x = functional.deplete(x[..., None], dep, np)[..., 0]
 
     n_pos = np.maximum(mask.sum(axis=1), 1)
     beyond = priced & (np.where(mask, np.asarray(c.pos), -np.inf) > diag.endpoint[:, None])

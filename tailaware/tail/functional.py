@@ -12,6 +12,8 @@ Shapes: Q queries, P positives (padded), L stored tail scores read.
 
 import dataclasses
 import functools
+from types import ModuleType
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +53,7 @@ class Core:
       prior: [2] a given empirical-Bayes prior's fitted (mean, sd) on xi, used instead of the
         one the sample would fit (`evt.posterior_atoms`); None fits it.
       depleted: [Q, P] the hardness a census took out of the rest above each positive, taken
-        from the tail's price (`evt.priced_atoms`); None for a uniform sample.
+        from every estimate (`deplete`); None for a uniform sample.
     """
 
     tail: jax.Array
@@ -63,6 +65,20 @@ class Core:
     threshold_quantile: float
     prior: jax.Array | None = None
     depleted: jax.Array | None = None
+
+
+def deplete(atoms: Any, depleted: Any, xp: ModuleType = jnp) -> Any:
+    """Returns the hardness atoms [Q, P, A] less a census's share `depleted` [Q, P] of the rest
+    above each positive, at least 0 (`atoms` as they are where `depleted` is None).
+
+    A census design's file is the hash sample of the whole gallery, census items included, so
+    every estimate from it (count or fitted tail) is of the gallery; the rest's is that less the
+    census, which the file counts exactly (`tailaware.protocol.census.fold`). `xp`: jax.numpy
+    when traced, numpy on the host.
+    """
+    if depleted is None:
+        return atoms
+    return xp.maximum(atoms - depleted[..., None], 0.0)
 
 
 def resample_width(settings: TailSettings, m: int) -> int:
