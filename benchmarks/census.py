@@ -115,28 +115,41 @@ def settings(k: int, nested: int) -> PredictSettings:
     return PredictSettings(k=k, tail=TailSettings(), protocol=proto)
 
 
-def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None):
+def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed=0):
     """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N],
     naming each stored score's item (its column) as the ILIAS job does (`tail_ids`); with a
-    `census_mask`, the census's counts and those of the census items `sampled` holds, as the
-    ILIAS job writes a census design's hash sample of the whole gallery."""
-    order = np.argsort(-s[:, sampled], axis=1, kind="stable")
-    x = np.take_along_axis(s[:, sampled], order, axis=1)
-    ids = np.flatnonzero(sampled)[order[:, :m]]
-    counts = np.where(np.isnan(pos), -1, scores_lib.count_above(x, pos))
+    `census_mask`, a census design's file as the ILIAS job writes it: the items `sampled` holds
+    outside the census, each query's systematic sample of the census at the rate `inclusion`
+    (`design.systematic_ranks`, its start from `seed`), and the census's counts."""
     extra = {}
-    if census_mask is not None:
-        c = np.sort(s[:, census_mask], axis=1)[:, ::-1]
-        drawn = np.sort(s[:, census_mask & sampled], axis=1)[:, ::-1]
-        extra = dict(
-            census_counts=np.where(np.isnan(pos), -1, scores_lib.count_above(c, pos)),
-            n_census=int(census_mask.sum()),
-            inclusion=inclusion,
-            drawn_counts=np.where(np.isnan(pos), 0, scores_lib.count_above(drawn, pos)),
-            n_drawn=int((census_mask & sampled).sum()),
+    if census_mask is None:
+        cols = np.broadcast_to(np.flatnonzero(sampled), (s.shape[0], int(sampled.sum())))
+    else:
+        rest = np.flatnonzero(sampled & ~census_mask)
+        cen = np.flatnonzero(census_mask)
+        by_score = cen[np.argsort(-s[:, cen], axis=1, kind="stable")]  # [Q, C]
+        picks = design.systematic_ranks(cen.size, inclusion, seed) - 1
+        cols = np.concatenate(
+            [np.broadcast_to(rest, (s.shape[0], rest.size)), by_score[:, picks]], 1
         )
+        c_sorted = np.take_along_axis(s, by_score, 1)
+        census_counts = scores_lib.count_above(c_sorted, pos)
+        extra = dict(
+            census_counts=np.where(np.isnan(pos), -1, census_counts),
+            n_census=int(cen.size),
+            inclusion=inclusion,
+            drawn_counts=np.where(
+                np.isnan(pos), 0, np.searchsorted(picks + 1, census_counts, side="right")
+            ),
+            n_drawn=int(picks.size),
+        )
+    v = np.take_along_axis(s, cols, 1)
+    order = np.argsort(-v, axis=1, kind="stable")
+    x = np.take_along_axis(v, order, axis=1)
+    ids = np.take_along_axis(cols, order[:, :m], 1)
+    counts = np.where(np.isnan(pos), -1, scores_lib.count_above(x, pos))
     return scores_lib.make_scores(
-        x[:, :m], pos, counts, int(sampled.sum()), fixed_counts=fixed, tail_ids=ids, **extra
+        x[:, :m], pos, counts, int(cols.shape[1]), fixed_counts=fixed, tail_ids=ids, **extra
     )
 
 
@@ -178,7 +191,9 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             u = sampling.in_sample(tgt.dids, f, seed)
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
             whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
-            sc = file_of(s, pos, fixed, whole, m, census_mask=cen, inclusion=plan.inclusion)
+            sc = file_of(
+                s, pos, fixed, whole, m, census_mask=cen, inclusion=plan.inclusion, seed=seed
+            )
             _, pc = census.predict(sc, st, n)
             for name, p in (("uniform", pu), ("census", pc)):
                 lo, hi = p.interval.ci90.reported

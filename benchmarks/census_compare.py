@@ -74,7 +74,14 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
                     prediction.predict(bench.file_of(s, pos, fixed, u, m), st, n)
                 )
                 sc = bench.file_of(
-                    s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion
+                    s,
+                    pos,
+                    fixed,
+                    whole,
+                    m,
+                    census_mask=plan.census,
+                    inclusion=plan.inclusion,
+                    seed=seed,
                 )
                 preds["census"].append(census.predict(sc, st, n)[1])
             for kind, (pa, pb) in preds.items():

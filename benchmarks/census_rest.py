@@ -85,7 +85,14 @@ def main() -> None:
                 got[name].append(ratios((n * h.x)[near], k_all[near]))
             whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
             sc = bench.file_of(
-                s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion
+                s,
+                pos,
+                fixed,
+                whole,
+                m,
+                census_mask=plan.census,
+                inclusion=plan.inclusion,
+                seed=seed,
             )
             h = prediction.estimate(census.fold(sc, n), st)
             got["census rest"].append(ratios(((n - plan.n_census) * h.x)[near], k_rest[near]))

@@ -45,16 +45,23 @@ def _gallery(seed: int = 0, noise: float = 0.15):
 
 
 def _file(scores, pos, d: design.Design, ids, seed: int, m: int = 50):
-    """Returns the census design's sampled-scores file built by brute force: the hash sample of
-    the whole gallery at the design's rate, census items included, and the census's counts."""
-    drawn = sampling.in_sample(ids, d.inclusion, seed)
-    s = scores[:, drawn]
+    """Returns the census design's sampled-scores file built by brute force: the rest's hash
+    sample at the design's rate, each query's census items by descending score at the
+    systematic sample's ranks, and the census's counts."""
+    rest = np.flatnonzero(~d.census & sampling.in_sample(ids, d.inclusion, seed))
+    cen = np.flatnonzero(d.census)
+    ranked = cen[np.argsort(-scores[:, cen], axis=1, kind="stable")]
+    picks = design.systematic_ranks(cen.size, d.inclusion, seed)
+    cols = np.concatenate(
+        [np.broadcast_to(rest, (len(scores), rest.size)), ranked[:, picks - 1]], 1
+    )
+    s = np.take_along_axis(scores, cols, 1)
     tail = np.sort(s, axis=1)[:, ::-1][:, :m]
-    above = lambda cols: (scores[:, cols][:, None, :] > pos[:, :, None]).sum(-1)
+    cen_counts = (scores[:, d.census][:, None, :] > pos[:, :, None]).sum(-1)
     return scores_lib.make_scores(
-        tail, pos, above(drawn), int(drawn.sum()), census_counts=above(d.census),
-        n_census=d.n_census, inclusion=d.inclusion, drawn_counts=above(d.census & drawn),
-        n_drawn=int((d.census & drawn).sum()),
+        tail, pos, (s[:, None, :] > pos[:, :, None]).sum(-1), cols.shape[1],
+        census_counts=cen_counts, n_census=d.n_census, inclusion=d.inclusion,
+        drawn_counts=(picks[None, None, :] <= cen_counts[..., None]).sum(-1), n_drawn=picks.size,
     )  # fmt: skip
 
 
@@ -84,9 +91,14 @@ def test_pooled_count_is_the_gallery_count_floored_by_the_census(noise, fill):
         raw = _file(scores, pos, d, ids, seed)
         sc = census.fold(raw, N)
         pooled.append(_pooled(sc, estimators.estimate(sc, "count", TailSettings()).x, N))
-        u = sampling.in_sample(ids, d.inclusion, seed)
+        # The rest's hashed items above, plus the census's systematic ones within each
+        # positive's first C_j census items.
+        u = ~d.census & sampling.in_sample(ids, d.inclusion, seed)
+        picks = design.systematic_ranks(d.n_census, d.inclusion, seed)
         k = (scores[:, u][:, None, :] > pos[:, :, None]).sum(-1)
-        by_hand.append(np.maximum(k + (N - u.sum()) * k / u.sum(), cen))
+        k = k + (picks[None, None, :] <= cen[..., None]).sum(-1)
+        s = u.sum() + picks.size
+        by_hand.append(np.maximum(k + (N - s) * k / s, cen))
     pooled, by_hand = np.asarray(pooled), np.asarray(by_hand)
     np.testing.assert_allclose(pooled, by_hand, rtol=1e-6)  # float32 hardness
     # The hash count is unbiased and the floor only raises it: never low beyond the noise.
@@ -140,6 +152,20 @@ def test_a_deep_census_leaves_the_rest_right_by_the_whole_gallery_tail():
         maps.append((host, extra[1].values[0, 0, 0]))
     (host, traced), (plain, _) = maps
     assert abs(traced - host) < 0.002 and abs(plain - host) > 0.01, maps
+
+
+def test_systematic_sample_includes_each_census_rank_at_the_rate():
+    # Over many seeds each rank is drawn with probability `rate` (the random start), and within
+    # any first c ranks the sample holds within one of rate x c: checked by enumeration.
+    c, rate = 37, 0.13
+    drawn = np.zeros(c)
+    for seed in range(4000):
+        ranks = design.systematic_ranks(c, rate, seed)
+        assert np.all(np.diff(ranks) > 0) and 1 <= ranks.min() and ranks.max() <= c
+        within = np.searchsorted(ranks, np.arange(1, c + 1), side="right")
+        assert np.all(np.abs(within - rate * np.arange(1, c + 1)) < 1)
+        drawn[ranks - 1] += 1
+    np.testing.assert_allclose(drawn / 4000, rate, atol=4 * np.sqrt(rate * (1 - rate) / 4000))
 
 
 def test_plan_depth_rule_against_brute_force():
@@ -344,8 +370,9 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     # Budget: census + the rest's hash sample = the total share (up to the hash's randomness).
     # The file holds the hash sample of the whole gallery, the census items it draws included.
     census_mask = np.isin(ids_all, want)
-    drawn = sampling.in_sample(ids_all, sc.inclusion, 2)
-    assert sc.n_sample == drawn.sum() and sc.n_drawn == (drawn & census_mask).sum()
+    rest = ~census_mask & sampling.in_sample(ids_all, sc.inclusion, 2)
+    picks = design.systematic_ranks(int(census_mask.sum()), sc.inclusion, 2)
+    assert sc.n_sample == rest.sum() + picks.size and sc.n_drawn == picks.size
     assert sc.n_census + sc.inclusion * (len(ids_all) - sc.n_census) == pytest.approx(
         0.2 * len(ids_all)
     )
@@ -353,9 +380,14 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     s_all = q.astype(np.float32) @ x_all.T
     above = lambda mask: (s_all[:, mask][:, None, :] > sc.pos_scores[:, :, None]).sum(-1)
     np.testing.assert_array_equal(np.where(sc.mask, above(census_mask), -1), sc.census_counts)
-    np.testing.assert_array_equal(np.where(sc.mask, above(drawn), -1), sc.pos_counts)
-    drawn_census = np.where(sc.mask, above(drawn & census_mask), 0)
-    np.testing.assert_array_equal(drawn_census, sc.drawn_counts)
+    drawn = (picks[None, None, :] <= above(census_mask)[..., None]).sum(-1)
+    np.testing.assert_array_equal(np.where(sc.mask, drawn, 0), sc.drawn_counts)
+    np.testing.assert_array_equal(np.where(sc.mask, above(rest) + drawn, -1), sc.pos_counts)
+    # The stored tail: the rest's hashed scores and each query's census scores at the picks.
+    by_score = -np.sort(-s_all[:, census_mask], axis=1)
+    union = np.concatenate([s_all[:, rest], by_score[:, picks - 1]], axis=1)
+    top = -np.sort(-union, axis=1)[:, : sc.tail_scores.shape[1]]
+    np.testing.assert_allclose(sc.tail_scores, top, atol=1e-6)
     # The prediction: the whole gallery's N, the uniform-only value beside it, the summary.
     assert result.n_target == len(ids_all)
     assert "uniform_only" in result.baselines

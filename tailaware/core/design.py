@@ -150,3 +150,24 @@ def plan(
             c = int(census.sum())
     pi = (budget - c) / (n - c) if n > c else 1.0
     return Design(census, float(pi), int(d), best_rank)
+
+
+def systematic_ranks(n_census: int, rate: float, seed: int) -> np.ndarray:
+    """Returns the 1-based ranks of a query's systematic sample of the census at `rate`: its
+    census items by descending score, every (1 / rate)-th from a start drawn from `seed`,
+    ceil((i - u) / rate) <= C for i = 1, 2, ... (u uniform in (0, 1]).
+
+    Beside the rest's hash sample at the same rate, these make each query's sample of the whole
+    gallery, so the tail fitted to it is the gallery's, not the depleted rest's. Each census
+    item is in it with probability `rate` (the random start), as in the hash sample, but the
+    number of them above any score is within one of its expectation, not a hash's draw: the
+    census's share of the sample is nearly exact.
+    """
+    start = 1.0 - np.random.default_rng([int(seed), _SYSTEMATIC_STREAM]).random()
+    count = int(np.floor(rate * n_census + start))
+    ranks = np.ceil((np.arange(1, count + 1) - start) / rate).astype(np.int64)
+    return np.asarray(np.clip(ranks, 1, n_census), np.int64)
+
+
+# Keys the systematic sample's start apart from the seed's other uses.
+_SYSTEMATIC_STREAM = 0x5E5

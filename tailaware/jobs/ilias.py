@@ -83,15 +83,16 @@ def run(config, workdir: str) -> Prediction | None:
             plan.design.n_census,
             fraction,
         )
+    m_search = m + (plan.extra if plan else 0)
     backend = scoring.make_backend(
-        config.backend, queries.features, m, config.block_size, config.matmul_dtype
+        config.backend, queries.features, m_search, config.block_size, config.matmul_dtype
     )
     all_scores = backend.scores(positives.features)  # [Q, T], the same arithmetic as the search
     pos, fixed = exact.positive_scores(all_scores, slots, relevant)
     spec = scoring.SearchSpec(
         fraction,
         int(config.seed),
-        m,
+        m_search,
         ilias_folder.fingerprint(queries, positives) + fingerprint,
     )
     process, count = jax.process_index(), jax.process_count()
@@ -118,6 +119,8 @@ def run(config, workdir: str) -> Prediction | None:
         )
     if plan is not None:
         scored = census.score(backend, plan, shards, pos)
+        sample = census.systematic(state, n_sample, plan, scored, m, int(config.seed))
+        state, n_sample = sample.state, sample.n_sample
         census.save(os.path.join(workdir, "design.npz"), plan, n_distractors, int(config.seed))
     counts = np.where(slots >= 0, state.counts, -1)
     scores = _scores(state, pos, slots, fixed, n_sample, queries.ids, workdir)
@@ -127,8 +130,8 @@ def run(config, workdir: str) -> Prediction | None:
             census_counts=scored.counts,
             n_census=plan.design.n_census,
             inclusion=plan.design.inclusion,
-            drawn_counts=scored.drawn_counts,
-            n_drawn=plan.extra,
+            drawn_counts=sample.drawn_counts,
+            n_drawn=sample.n_drawn,
         )
     scores_lib.save_scores(os.path.join(workdir, "sampled_scores.npz"), scores)
     n_target = int(config.n_target) or n_distractors

@@ -1,9 +1,10 @@
 """The pooled prediction of a census design: the census counted exactly, the rest estimated.
 
-A census design (`tailaware.core.design`) embeds C items with certainty and hashes the whole
-gallery at the rate pi that makes the budget: its sample is a uniform sample of the gallery,
-census items included (D of them above a positive, U = C - D not). Each positive's outranking
-count is
+A census design (`tailaware.core.design`) embeds C items with certainty and hashes the rest at
+the rate pi that makes the budget. Its file's sample is a sample of the whole gallery at rate
+pi: the rest's hashed items and each query's systematic sample of the census
+(`design.systematic_ranks`; D of them above a positive, U = C - D of the census not). Each
+positive's outranking count is
 
     (the census items above it, exact) + (the estimate over the rest)
 
@@ -11,13 +12,11 @@ where the rest's estimate is the sample's estimate of the gallery's count less t
 the tail fitted to a sample of the whole gallery extrapolates the gallery's tail, census
 included, however deep the census lies (a tail fitted to the rest alone sees the census's
 depletion only where the census reaches into the sampled scores). `fold` hands the estimator
-the hash sample as a uniform one at N: the undrawn census U joins the always-indexed items
-(`fixed_counts`) and its share U / (N - S) of the unsampled items is taken from every
+that sample as a uniform one at N: the census items it does not hold join the always-indexed
+items (`fixed_counts`) and their share U / (N - S) of the unsampled items is taken from every
 estimate of the positive's hardness, at least 0 (`functional.deplete`). So every metric, the
-curve, the ILIAS report, the nested bootstrap and the budget check flow through one hook; the
-census's counts are exact, the interval's terms are the sample's. A positive's count is never
-below the census's, and a bad proxy only makes the census hold fewer outrankers.
-(docs/estimators.md, "Census".)
+curve, the ILIAS report, the nested bootstrap and the budget check flow through one hook. A
+positive's count is never below the census's. (docs/estimators.md, "Census".)
 """
 
 import dataclasses
@@ -49,7 +48,7 @@ class Census(NamedTuple):
 
 
 def fold(scores: SampledScores, n_target: int) -> SampledScores:
-    """Returns the file as the estimator reads it at the gallery size N = `n_target`: its hash
+    """Returns the file as the estimator reads it at the gallery size N = `n_target`: its
     sample of the whole gallery as a uniform sample whose always-indexed counts include the
     census items it does not hold (U = census less drawn above each positive), and their share
     of the N - S unsampled items (`SampledScores.depleted` = U / (N - S), taken from every
@@ -71,8 +70,9 @@ _UNIFORM: dict[str, Any] = dict(
 
 
 def uniform_part(scores: SampledScores) -> SampledScores:
-    """Returns the file's hash sample as a uniform sample of the whole gallery (census items it
-    drew included): the uniform-only prediction beside the pooled one."""
+    """Returns the file's sample of the whole gallery (the rest's hashed items and the census's
+    systematic ones) read as a uniform sample: the uniform-only prediction beside the pooled
+    one."""
     return dataclasses.replace(scores, **_UNIFORM)
 
 
@@ -133,7 +133,7 @@ def predict(
     lo, hi = prediction.predicted_interval(u).ci90.reported
     lines.append(
         f"UNIFORM ONLY: {label} at N = {n_target:,}: {u.value:.4f} [{lo:.4f}, {hi:.4f}] "
-        f"from the {uniform.n_sample:,} hash-sampled items alone; pooled: "
+        f"from the {uniform.n_sample:,} sampled items alone; pooled: "
         f"{p.metrics[label].value:.4f}"
     )
     diag = p.diagnostics

@@ -2,9 +2,10 @@
 
 The ILIAS job with proxies (`--config.proxy`) plans a census (`tailaware.core.design`) from
 the proxies' top lists (similarity files, or feature folders searched: `tailaware.search.proxy`),
-searches the hash sample at the rest's rate pi over the whole folder (the census items it draws
-included, `Plan.extra` of them) and scores the census exactly (`score`): the census's counts
-above each positive, and those of the census items the sample holds.
+searches the hash sample at the rest's rate pi over the whole folder with room for the census
+items it draws (`Plan.extra`), scores the census exactly (`score`), and makes the file's sample
+of the whole gallery: the rest's hash sample and each query's systematic sample of the census
+at the same rate (`systematic`).
 
 Shapes: Q queries, P positive slots, M kept scores, C census items, N distractors.
 """
@@ -22,6 +23,7 @@ from tailaware.io.ilias_folder import Shard
 from tailaware.io.scores import count_above
 from tailaware.search import proxy
 from tailaware.search.backends import global_ids, split_ids
+from tailaware.search.topk import TopState
 
 
 class Plan(NamedTuple):
@@ -49,7 +51,7 @@ class Plan(NamedTuple):
 
     @property
     def extra(self) -> int:
-        """How many census items the hash sample draws (the file's `n_drawn`)."""
+        """How many census items the hash sample draws: the search keeps this many more."""
         return int(self.drawn.sum())
 
 
@@ -117,10 +119,12 @@ class Scored(NamedTuple):
     Attributes:
       counts: [Q, P] int64 census items strictly above each positive (-1 at padding).
       drawn_counts: [Q, P] int64 those of them the hash sample holds (0 at padding).
+      scores: [Q, C] float32 every census item's score, in the plan's order (`Plan.ids`).
     """
 
     counts: np.ndarray
     drawn_counts: np.ndarray
+    scores: np.ndarray
 
 
 # Census rows scored per block.
@@ -128,24 +132,63 @@ BLOCK = 8192
 
 
 def score(backend, plan_: Plan, shards: Sequence[Shard], pos: np.ndarray) -> Scored:
-    """Returns the census's exact counts above each positive (`pos` [Q, P], NaN padded), scored
-    by `backend` with the search's arithmetic."""
+    """Returns the census's exact counts above each positive (`pos` [Q, P], NaN padded) and its
+    scores, by `backend` with the search's arithmetic (memory Q x C float32)."""
     by_number = {s.number: s for s in shards}
-    counts = np.zeros(pos.shape, np.int64)
-    drawn = np.zeros(pos.shape, np.int64)
+    scores = np.empty((pos.shape[0], plan_.ids.size), np.float32)
     shard_no, rows = split_ids(plan_.ids)
     for number in np.unique(shard_no):
         here = np.flatnonzero(shard_no == number)
         for start in range(0, here.size, BLOCK):
             part = here[start : start + BLOCK]
             x = by_number[int(number)].read_rows(rows[part])
-            raw = backend.scores(x).astype(np.float32)
-            counts += count_above(np.sort(raw, axis=1)[:, ::-1], pos)
-            if plan_.drawn[part].any():
-                d = np.sort(raw[:, plan_.drawn[part]], axis=1)[:, ::-1]
-                drawn += count_above(d, pos)
+            scores[:, part] = backend.scores(x).astype(np.float32)
+    above = lambda cols: count_above(-np.sort(-scores[:, cols], axis=1), pos)
     mask = ~np.isnan(pos)
-    return Scored(np.where(mask, counts, -1), np.where(mask, drawn, 0))
+    counts, drawn = above(slice(None)), above(plan_.drawn)
+    return Scored(np.where(mask, counts, -1), np.where(mask, drawn, 0), scores)
+
+
+class Sample(NamedTuple):
+    """A census design's sample of the whole gallery, as its sampled-scores file holds it.
+
+    Attributes:
+      state: the top-M scores (ids: engine ids) and counts above each positive of the rest's
+        hash sample and each query's systematic sample of the census.
+      n_sample: S, the rest's hashed items plus the census's systematic ones.
+      drawn_counts: [Q, P] int64 the census's systematic items above each positive.
+      n_drawn: how many census items each query's systematic sample holds.
+    """
+
+    state: TopState
+    n_sample: int
+    drawn_counts: np.ndarray
+    n_drawn: int
+
+
+def systematic(
+    state: TopState, n_sample: int, plan_: Plan, scored: Scored, m: int, seed: int
+) -> Sample:
+    """Returns the file's sample: the search's hash sample at the rest's rate (`state`, S =
+    `n_sample`, with `m + plan_.extra` kept scores) without the census items the hash drew,
+    plus each query's systematic sample of the census at the same rate
+    (`design.systematic_ranks`, its start from `seed`): the tail fitted to it is the gallery's,
+    census included, and the census's share of it is nearly exact rather than a hash's draw."""
+    keep = ~np.isin(state.ids, plan_.ids)
+    rest_vals = np.where(keep, state.vals, -np.inf)
+    rest_ids = np.where(keep, state.ids, -1)
+    order = np.argsort(-scored.scores, axis=1, kind="stable")
+    picks = design.systematic_ranks(plan_.ids.size, plan_.design.inclusion, seed) - 1
+    vals = np.concatenate([rest_vals, np.take_along_axis(scored.scores, order[:, picks], 1)], 1)
+    ids = np.concatenate([rest_ids, plan_.ids[order[:, picks]]], 1)
+    top = np.argsort(-vals, axis=1, kind="stable")[:, :m]
+    vals, ids = np.take_along_axis(vals, top, 1), np.take_along_axis(ids, top, 1)
+    mask = scored.counts >= 0
+    drawn = np.where(mask, np.searchsorted(picks + 1, scored.counts, side="right"), 0)
+    counts = np.where(mask, state.counts - scored.drawn_counts + drawn, 0)
+    ids = np.where(np.isfinite(vals), ids, -1)
+    n = int(n_sample) - plan_.extra + picks.size
+    return Sample(TopState(vals.astype(np.float32), ids, counts), n, drawn, int(picks.size))
 
 
 def save(path: str | os.PathLike, plan_: Plan, n: int, seed: int) -> None:
