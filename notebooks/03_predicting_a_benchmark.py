@@ -197,12 +197,12 @@ for value in folder_result.report.values:
 # file, a production index); `--config.proxy` plans a **census** from them: every item some
 # proxy list ranks high is embedded and counted exactly, the rest is hash-sampled at the rate
 # that keeps the total embedded share at `sample_fraction`, and each positive's count is the
-# census's exact count plus the rest's estimate (unbiased whatever the proxy;
-# docs/estimators.md, "Census"). Here the proxy is a related model, the benchmark's descriptors
-# moved by noise, written as a feature folder of the same ids; the job finds its top lists by
-# an exact search. Uniform and census designs at the same 5% budget (10,000 items, the job's
-# floor), three hash seeds each,
-# against the exact run of the folder (`sample_fraction = 1`).
+# census's exact count plus the rest's estimate: the sample's estimate of the whole gallery
+# less the census (never below the census's count; docs/estimators.md, "Census"). Here the
+# proxy is a related model, the benchmark's descriptors moved by noise, written as a feature
+# folder of the same ids; the job finds its top lists by an exact search. Uniform and census
+# designs at the same 5% budget (10,000 items, the job's floor), three hash seeds each, against
+# the exact run of the folder (`sample_fraction = 1`).
 
 # %%
 PROXY = os.path.join(workdir, "proxy")

@@ -18,7 +18,7 @@ from tailaware.core import design, evaluate, sampling
 from tailaware.io import errors, features, similarity
 from tailaware.io import scores as scores_lib
 from tailaware.jobs import ilias, predict
-from tailaware.protocol import census, nested
+from tailaware.protocol import budget, census, nested
 from tailaware.search import proxy
 from tailaware.tail import estimators
 from tailaware.tail.settings import TailSettings
@@ -166,6 +166,23 @@ def test_systematic_sample_includes_each_census_rank_at_the_rate():
         assert np.all(np.abs(within - rate * np.arange(1, c + 1)) < 1)
         drawn[ranks - 1] += 1
     np.testing.assert_allclose(drawn / 4000, rate, atol=4 * np.sqrt(rate * (1 - rate) / 4000))
+
+
+def test_halving_a_census_sample_halves_its_size():
+    # Each query's row holds its own census items beside the rest's shared ones, so the rows'
+    # distinct ids outnumber the sample: the budget check's halving must still keep half of S
+    # (its sub-sample's hardness is kept rows over S'); counting distinct ids kept gave ~4 S.
+    scores, pos, ranks = _gallery(noise=0.05)
+    ids = np.asarray([f"item{i:05d}" for i in range(N)])
+    d = design.plan(design.best_ranks([ranks], N), 0.05, census_share=0.5, max_depth=200)
+    raw = _file(scores, pos, d, ids, 0, m=400)
+    tail_ids = np.where(np.isfinite(raw.tail_scores), np.arange(raw.tail_scores.size).reshape(
+        raw.tail_scores.shape) % N, -1)  # fmt: skip
+    sc = census.fold(dataclasses.replace(raw, tail_ids=tail_ids), N)
+    assert np.unique(tail_ids[tail_ids >= 0]).size > sc.n_sample
+    half = budget.thin(sc, 0.5, np.random.default_rng(0))
+    assert abs(half.n_sample / sc.n_sample - 0.5) < 0.05
+    assert half.depleted is sc.depleted
 
 
 def test_plan_depth_rule_against_brute_force():

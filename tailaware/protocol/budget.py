@@ -73,7 +73,8 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
 
     A file that names its distractors (`tail_ids`) is thinned as the gallery would be: one coin
     per distractor, shared by every query that stores it (a sub-sample of one sample serves all
-    queries, and its errors are correlated across them as the sample's are). Without ids each
+    queries, and its errors are correlated across them as the sample's are); a census design's
+    rows also hold their own census items, so its S' is S times the kept share. Without ids each
     stored score gets its own coin. A positive's count is the kept stored scores above it plus
     a nested binomial of its unstored ones (counts of the positives sorted by count grow by
     binomial increments, so they stay consistent with each other). The stored width shrinks to
@@ -95,8 +96,13 @@ def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledSc
         coin = rng.uniform(size=distinct.size) < p
         keep = np.zeros_like(finite)
         keep[finite] = coin[index]
-        unstored = max(int(scores.n_sample) - int(distinct.size), 0)  # in no query's row
-        s_new = int(coin.sum() + rng.binomial(unstored, p))
+        if scores.depleted is None:
+            unstored = max(int(scores.n_sample) - int(distinct.size), 0)  # in no query's row
+            s_new = int(coin.sum() + rng.binomial(unstored, p))
+        else:
+            # A census design's rows also hold their own census items (`census.fold`): the
+            # rows share the rest's items, not those, so S' is S times the kept share.
+            s_new = int(round(scores.n_sample * keep.sum() / max(int(finite.sum()), 1)))
     n_kept_stored = keep.sum(axis=1)
 
     order = np.argsort(~keep, axis=1, kind="stable")  # kept first, in descending score order
