@@ -153,6 +153,15 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed
     )
 
 
+def census_file(s, pos, fixed, ids, plan, seed, m):
+    """Returns a census design's file (`file_of`) of the plan `design.Design`: the rest hashed
+    from the item `ids` at its rate by `seed`, the census sampled systematically."""
+    whole = sampling.in_sample(ids, plan.inclusion, seed)
+    return file_of(
+        s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion, seed=seed
+    )
+
+
 def top_lists(prx: Folder, rows: np.ndarray, depth: int) -> np.ndarray:
     """Returns [Q, depth] the proxy's brute-force top lists of the queries `rows` over its
     distractors, best first (an official similarity file's content)."""
@@ -190,10 +199,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             t0 = time.monotonic()
             u = sampling.in_sample(tgt.dids, f, seed)
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
-            whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
-            sc = file_of(
-                s, pos, fixed, whole, m, census_mask=cen, inclusion=plan.inclusion, seed=seed
-            )
+            sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m)
             _, pc = census.predict(sc, st, n)
             for name, p in (("uniform", pu), ("census", pc)):
                 lo, hi = p.interval.ci90.reported

@@ -67,22 +67,12 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
         for seed in range(seeds):
             t0 = time.monotonic()
             u = sampling.in_sample(a.dids, f, seed)
-            whole = sampling.in_sample(a.dids, plan.inclusion, seed)
             preds = {"uniform": [], "census": []}
             for s, pos, fixed, _ in (sa, sb):
                 preds["uniform"].append(
                     prediction.predict(bench.file_of(s, pos, fixed, u, m), st, n)
                 )
-                sc = bench.file_of(
-                    s,
-                    pos,
-                    fixed,
-                    whole,
-                    m,
-                    census_mask=plan.census,
-                    inclusion=plan.inclusion,
-                    seed=seed,
-                )
+                sc = bench.census_file(s, pos, fixed, a.dids, plan, seed, m)
                 preds["census"].append(census.predict(sc, st, n)[1])
             for kind, (pa, pb) in preds.items():
                 c = comparison.compare(pa, pb).ap

@@ -83,17 +83,7 @@ def main() -> None:
                     bench.file_of(s, pos, fixed, sampling.in_sample(tgt.dids, rate, seed), m), st
                 )
                 got[name].append(ratios((n * h.x)[near], k_all[near]))
-            whole = sampling.in_sample(tgt.dids, plan.inclusion, seed)
-            sc = bench.file_of(
-                s,
-                pos,
-                fixed,
-                whole,
-                m,
-                census_mask=plan.census,
-                inclusion=plan.inclusion,
-                seed=seed,
-            )
+            sc = bench.census_file(s, pos, fixed, tgt.dids, plan, seed, m)
             h = prediction.estimate(census.fold(sc, n), st)
             got["census rest"].append(ratios(((n - plan.n_census) * h.x)[near], k_rest[near]))
             print(f"set {i} seed {seed}: " + ", ".join(
