@@ -120,28 +120,24 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed
     naming each stored score's item (its column) as the ILIAS job does (`tail_ids`); with a
     `census_mask`, a census design's file as the ILIAS job writes it: the items `sampled` holds
     outside the census, each query's systematic sample of the census at the rate `inclusion`
-    (`design.systematic_ranks`, its start from `seed`), and the census's counts."""
+    (`design.systematic_sample`, its start from `seed`), and the census's counts."""
     extra = {}
     if census_mask is None:
         cols = np.broadcast_to(np.flatnonzero(sampled), (s.shape[0], int(sampled.sum())))
     else:
         rest = np.flatnonzero(sampled & ~census_mask)
         cen = np.flatnonzero(census_mask)
-        by_score = cen[np.argsort(-s[:, cen], axis=1, kind="stable")]  # [Q, C]
-        picks = design.systematic_ranks(cen.size, inclusion, seed) - 1
-        cols = np.concatenate(
-            [np.broadcast_to(rest, (s.shape[0], rest.size)), by_score[:, picks]], 1
-        )
-        c_sorted = np.take_along_axis(s, by_score, 1)
-        census_counts = scores_lib.count_above(c_sorted, pos)
+        picked, ranks = design.systematic_sample(s[:, cen], inclusion, seed)
+        cols = np.concatenate([np.broadcast_to(rest, (s.shape[0], rest.size)), cen[picked]], 1)
+        census_counts = scores_lib.count_above(-np.sort(-s[:, cen], axis=1), pos)
         extra = dict(
             census_counts=np.where(np.isnan(pos), -1, census_counts),
             n_census=int(cen.size),
             inclusion=inclusion,
             drawn_counts=np.where(
-                np.isnan(pos), 0, np.searchsorted(picks + 1, census_counts, side="right")
+                np.isnan(pos), 0, np.searchsorted(ranks, census_counts, side="right")
             ),
-            n_drawn=int(picks.size),
+            n_drawn=int(ranks.size),
         )
     v = np.take_along_axis(s, cols, 1)
     order = np.argsort(-v, axis=1, kind="stable")

@@ -169,5 +169,17 @@ def systematic_ranks(n_census: int, rate: float, seed: int) -> np.ndarray:
     return np.asarray(np.clip(ranks, 1, n_census), np.int64)
 
 
+def systematic_sample(
+    census_scores: np.ndarray, rate: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (the columns [Q, n] of `census_scores` [Q, C] each query's systematic sample
+    holds, their ranks [n]): `systematic_ranks` of each row's census items by descending score
+    (ties by column). The sample holds searchsorted(ranks, C_j, "right") of the C_j census
+    items above a positive."""
+    ranks = systematic_ranks(census_scores.shape[1], rate, seed)
+    order = np.argsort(-census_scores, axis=1, kind="stable")
+    return order[:, ranks - 1], ranks
+
+
 # Keys the systematic sample's start apart from the seed's other uses.
 _SYSTEMATIC_STREAM = 0x5E5

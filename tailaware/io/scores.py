@@ -19,9 +19,10 @@ Q queries, M stored tail scores per query and P positives per query (padded).
   int64 [Q, P] and `n_drawn` int64 [], optional, all five or none: a census design
   (`tailaware.core.design`). C = `n_census` items were embedded with certainty and
   `census_counts` counts those strictly above each positive (exact, -1 at padding); every other
-  field describes the id-hash sample of the whole gallery at rate `inclusion`, census items
-  included: `n_drawn` of its items are census items, `drawn_counts` of them strictly above each
-  positive (0 at padding). Without them the file is a uniform sample of the whole gallery
+  field describes a sample of the whole gallery at rate `inclusion`: the rest's id-hash sample
+  and each query's systematic sample of the census (`tailaware.core.design.systematic_ranks`),
+  `n_drawn` census items a query, `drawn_counts` of them strictly above each positive (0 at
+  padding). Without them the file is a uniform sample of the whole gallery
   (`n_census` 0). (A census file of the first layout, which held the rest alone, lacks the
   drawn fields and is refused: rerun its job.)
 
@@ -66,11 +67,11 @@ class SampledScores:
     tail_ids: np.ndarray | None = None  # [Q, M] int64 ids of tail_scores, -1 at padding
     census_counts: np.ndarray | None = None  # [Q, P] exact census items above each positive
     n_census: int = 0  # C, the census size (0: a uniform sample of the whole gallery)
-    inclusion: float | None = None  # the hash sample's rate in a census design
+    inclusion: float | None = None  # the sample's rate in a census design
     drawn_counts: np.ndarray | None = None  # [Q, P] census items of the sample above each positive
-    n_drawn: int = 0  # census items the hash sample holds
-    # [Q, P] the hardness a census took out of the rest above each positive, which the tail
-    # fit of the rest does not see (`tailaware.protocol.census.fold`); not a file field.
+    n_drawn: int = 0  # census items each query's sample holds
+    # [Q, P] the census's share of the unsampled items above each positive, taken from every
+    # estimate (`tailaware.protocol.census.fold`); not a file field.
     depleted: np.ndarray | None = None
 
     @property

@@ -102,12 +102,12 @@ def predict(
     *,
     report: ilias_report.ReportSpec | None = None,
 ) -> tuple[Hardness, Prediction]:
-    """Returns (the hardness of the rest, the pooled `Prediction` at gallery size `n_target`).
+    """Returns (the hardness the estimator read from `fold`, the pooled `Prediction` at gallery
+    size `n_target`).
 
-    `scores` is a census design's file (`n_census` > 0); where it holds the hash sample of the
-    whole gallery (`drawn_counts`), the uniform-only mAP@k from that sample alone joins the
-    pooled one (`baselines["uniform_only"]`). N, the curve and the summary speak of the whole
-    gallery.
+    `scores` is a census design's file (`n_census` > 0); the uniform-only mAP@k from its sample
+    alone joins the pooled one (`baselines["uniform_only"]`). N, the curve and the summary
+    speak of the whole gallery.
     """
     c = int(scores.n_census)
     if c >= n_target:

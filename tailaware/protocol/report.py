@@ -63,8 +63,7 @@ def report(
     `spec`, its official report's groups, adds the predicted report; `ref`, a reference model's
     exact run and sampled scores (`reference.load_inputs`), the corrected prediction
     (`reference.correct`, prediction.json's `reference`). A census design's file (`n_census`
-    > 0) is predicted pooled (`census.predict`, with the uniform-only value beside it where the
-    file holds the hash sample of the whole gallery).
+    > 0) is predicted pooled (`census.predict`, with the uniform-only value beside it).
     """
     q, m = scores.tail_scores.shape
     what = f"of {q:,} queries by {settings.estimator} ({m:,} stored scores each)"
@@ -80,9 +79,8 @@ def report(
             if ref is not None:
                 raise ValueError("a reference correction of a census design is not supported")
             hardness, p = census.predict(scores, settings, n_target, report=spec)
-            scores = census.fold(
-                scores, n_target
-            )  # the artifact's counts: the rest's, beside the census
+            # The artifact holds the sample as the estimator read it (`census.fold`).
+            scores = census.fold(scores, n_target)
         else:
             hardness, p = prediction.estimate_and_predict(scores, settings, n_target, report=spec)
     p = p._replace(queries=queries)

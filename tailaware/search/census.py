@@ -177,18 +177,17 @@ def systematic(
     keep = ~np.isin(state.ids, plan_.ids)
     rest_vals = np.where(keep, state.vals, -np.inf)
     rest_ids = np.where(keep, state.ids, -1)
-    order = np.argsort(-scored.scores, axis=1, kind="stable")
-    picks = design.systematic_ranks(plan_.ids.size, plan_.design.inclusion, seed) - 1
-    vals = np.concatenate([rest_vals, np.take_along_axis(scored.scores, order[:, picks], 1)], 1)
-    ids = np.concatenate([rest_ids, plan_.ids[order[:, picks]]], 1)
+    cols, ranks = design.systematic_sample(scored.scores, plan_.design.inclusion, seed)
+    vals = np.concatenate([rest_vals, np.take_along_axis(scored.scores, cols, 1)], 1)
+    ids = np.concatenate([rest_ids, plan_.ids[cols]], 1)
     top = np.argsort(-vals, axis=1, kind="stable")[:, :m]
     vals, ids = np.take_along_axis(vals, top, 1), np.take_along_axis(ids, top, 1)
     mask = scored.counts >= 0
-    drawn = np.where(mask, np.searchsorted(picks + 1, scored.counts, side="right"), 0)
+    drawn = np.where(mask, np.searchsorted(ranks, scored.counts, side="right"), 0)
     counts = np.where(mask, state.counts - scored.drawn_counts + drawn, 0)
     ids = np.where(np.isfinite(vals), ids, -1)
-    n = int(n_sample) - plan_.extra + picks.size
-    return Sample(TopState(vals.astype(np.float32), ids, counts), n, drawn, int(picks.size))
+    n = int(n_sample) - plan_.extra + ranks.size
+    return Sample(TopState(vals.astype(np.float32), ids, counts), n, drawn, int(ranks.size))
 
 
 def save(path: str | os.PathLike, plan_: Plan, n: int, seed: int) -> None:
