@@ -51,11 +51,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=100)
     p.add_argument("--set_size", type=int, default=40, help="queries per ILIAS-like set")
     p.add_argument("--max_sets", type=int, default=6, help="ILIAS-like sets per benchmark")
-    p.add_argument("--census_share", type=float, default=0.5)
+    p.add_argument("--census_share", type=float, default=0.5, help="the most the census may take")
+    p.add_argument(
+        "--share_rule", type=int, default=1, help="1: the job's share rule; 0: census_share fixed"
+    )
     p.add_argument("--depth", type=int, default=1000, help="the proxy's list depth D")
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
+
+
+def queries(args: argparse.Namespace, rows: np.ndarray) -> int:
+    """Returns `design.plan`'s `queries`: the set's size under the share rule, else 0."""
+    return len(rows) if args.share_rule else 0
 
 
 def read_records(path: str) -> list[dict]:
@@ -182,8 +190,9 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     priority = design.fused([top], n) if args.fill else None
     for f in budgets:
         plan = design.plan(
-            best, f, census_share=args.census_share, max_depth=args.depth, priority=priority
-        )
+            best, f, census_share=args.census_share, queries=queries(args, rows),
+            max_depth=args.depth, priority=priority,
+        )  # fmt: skip
         cen = plan.census
         in_census = np.where(np.isnan(pos), 0, scores_lib.count_above(
             np.sort(s[:, cen], axis=1)[:, ::-1], pos))  # fmt: skip
@@ -205,7 +214,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
                         value=p.map, lo=lo, hi=hi, share=plan.n_census / n,
                         per_k=plan.n_census / (len(rows) * args.k), found=found,
                         qkn=len(rows) * args.k / n, depth=plan.depth, found_k=found_k,
-                        census_share=args.census_share,
+                        census_share=args.census_share, rule=args.share_rule,
                     )
                 )  # fmt: skip
             print(

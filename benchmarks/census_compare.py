@@ -62,8 +62,9 @@ def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
     out = []
     for f in (float(x) for x in args.budgets.split(",")):
         plan = design.plan(
-            best, f, census_share=args.census_share, max_depth=args.depth, priority=fused
-        )
+            best, f, census_share=args.census_share, queries=bench.queries(args, rows),
+            max_depth=args.depth, priority=fused,
+        )  # fmt: skip
         for seed in range(seeds):
             t0 = time.monotonic()
             u = sampling.in_sample(a.dids, f, seed)

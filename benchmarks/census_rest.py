@@ -70,7 +70,7 @@ def main() -> None:
         top = bench.top_lists(prx, rows, args.depth)
         plan = design.plan(
             design.best_ranks([top], n), budget, census_share=args.census_share,
-            max_depth=args.depth,
+            queries=bench.queries(args, rows), max_depth=args.depth,
             priority=design.fused([top], n),
         )  # fmt: skip
         k_rest = outrankers(s, pos, ~plan.census)

@@ -48,7 +48,7 @@ def get_config(arg=None):
     # the rest sampled uniformly; sample_fraction stays the total embedded share
     # (docs/estimators.md, "Census"; docs/outputs.md, "Similarity files (proxies)").
     c.proxy = ""
-    c.census_share = 0.5  # the share of the budget the census may take (the depth rule)
+    c.census_share = 0.5  # the most of the budget the census may take (less with many queries)
     c.census_depth = 0  # a fixed census depth (0: the deepest the share allows)
     # A feature folder proxy's list depth k per query, the deepest the census can go: the rule
     # needs about census_share x sample_fraction x N / Q when the queries' lists are disjoint

@@ -198,6 +198,27 @@ def test_plan_depth_rule_against_brute_force():
         design.plan(best, 0.01, depth=40)
 
 
+def test_share_rule_shrinks_the_census_where_queries_are_many():
+    rng = np.random.default_rng(3)
+    n, f = 20000, 0.01  # a budget of 200 items, half of it the census's at most
+    lists = [rng.permutation(n)[: q * 50].reshape(q, 50) for q in (5, 100)]
+    for ranks in lists:
+        best = design.best_ranks([ranks], n)
+        q = ranks.shape[0]
+        # By hand: 100 / Q items per query at half the budget, against ITEMS_PER_QUERY.
+        share = 0.5 * min(1.0, 100 / q / design.ITEMS_PER_QUERY)
+        ruled = design.plan(best, f, census_share=0.5, queries=q, priority=design.fused([ranks], n))
+        fixed = design.plan(best, f, census_share=share, priority=design.fused([ranks], n))
+        np.testing.assert_array_equal(ruled.census, fixed.census)
+        assert ruled.n_census == int(share * 200) and ruled.inclusion == fixed.inclusion
+    assert design.share(0.5, f, n, 5) == 0.5 and design.share(0.5, f, n, 100) < 0.1
+    # A fixed depth is the census as asked, whatever the queries.
+    deep = design.plan(best, f, depth=1, queries=100)
+    assert deep.n_census == (best <= 1).sum()
+    with pytest.raises(ValueError, match="queries"):
+        design.share(0.5, f, n, 0)
+
+
 def test_plan_fills_the_share_from_the_next_level_by_priority():
     rng = np.random.default_rng(2)
     lists = [rng.permutation(400)[:60].reshape(6, 10), rng.permutation(400)[:60].reshape(6, 10)]
@@ -381,9 +402,14 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     want = [n for n in ids_all if best.get(n, 10**9) <= depth]
     level = [n for n in ids_all if best.get(n) == depth + 1]
     level = sorted(level, key=lambda n: -fused[n])  # stable: gallery order among ties
-    want = sorted(want + level[: max(int(0.5 * 0.2 * len(ids_all)) - len(want), 0)])
+    # The share rule: half the budget holds 0.5 x 0.2 x N / Q = 5 items per query, fewer than
+    # ITEMS_PER_QUERY, so the share shrinks in proportion.
+    per_query = 0.5 * 0.2 * len(ids_all) / len(top["ranks"])
+    share = 0.5 * min(1.0, per_query / design.ITEMS_PER_QUERY)
+    assert share < 0.5
+    want = sorted(want + level[: max(int(share * 0.2 * len(ids_all)) - len(want), 0)])
     assert sorted(rec["census_ids"].tolist()) == want and sc.n_census == len(want) > 0
-    assert sc.n_census == int(0.5 * 0.2 * len(ids_all))  # the fill takes the whole share
+    assert sc.n_census == int(share * 0.2 * len(ids_all))  # the fill takes the whole share
     # Budget: census + the rest's hash sample = the total share (up to the hash's randomness).
     # The file holds the hash sample of the whole gallery, the census items it draws included.
     census_mask = np.isin(ids_all, want)

@@ -13,8 +13,10 @@ is drawn over all N ids (`in_sample(ids, pi)`), census included; its items outsi
 are a uniform sample of the rest, and all of it is a uniform sample of the gallery (the
 uniform-only prediction beside the pooled one).
 
-The depth rule (docs/estimators.md, "Census"): the deepest d whose census fits in
-`census_share` of the budget (C(d) <= share f N), and no deeper than the proxies' lists; what
+The share rule (docs/estimators.md, "Census"): the census may take `census_share` of the budget
+where that holds at least `ITEMS_PER_QUERY` items per query, less in proportion where it holds
+fewer (`share`). The depth rule: the deepest d whose census fits in that share of the budget
+(C(d) <= share f N), and no deeper than the proxies' lists; what
 is left of the share is filled from rank d + 1 by a priority (`fused`, reciprocal-rank fusion
 over the queries and proxies), so that a census exists where even each query's top-1 does not
 fit (many queries per item of budget). The census is a function of the proxies' lists alone,
@@ -30,6 +32,11 @@ import numpy as np
 
 # An item no proxy lists: its best rank.
 UNRANKED = np.iinfo(np.int64).max
+
+# The census's items per query (share x f N / Q) below which its share of the budget shrinks in
+# proportion: so shallow a census finds almost none of the outrankers and costs the rest's
+# sample its share (dev figures: docs/validation.md, "The census's share of the budget").
+ITEMS_PER_QUERY = 8.0
 
 
 class Design(NamedTuple):
@@ -89,11 +96,21 @@ def fused(lists: Sequence[np.ndarray], n: int) -> np.ndarray:
     return score
 
 
+def share(census_share: float, fraction: float, n: int, queries: int) -> float:
+    """Returns the census's share of the budget by the share rule: `census_share` where it holds
+    at least `ITEMS_PER_QUERY` items per query (census_share x f N / Q), in proportion below."""
+    if queries < 1:
+        raise ValueError(f"the share rule needs the number of queries >= 1, got {queries}")
+    per_query = census_share * fraction * n / queries
+    return census_share * min(1.0, per_query / ITEMS_PER_QUERY)
+
+
 def plan(
     best_rank: np.ndarray,
     fraction: float,
     *,
     census_share: float = 0.5,
+    queries: int = 0,
     depth: int = 0,
     max_depth: int | None = None,
     priority: np.ndarray | None = None,
@@ -104,6 +121,8 @@ def plan(
       best_rank: [N] from `best_ranks`.
       fraction: f, the total embedded share in (0, 1), census included.
       census_share: the share of the budget the census may take (the depth rule); in [0, 1).
+      queries: Q, the number of queries: the share shrinks by `share` where the census would
+        hold fewer than `ITEMS_PER_QUERY` items per query (0: `census_share` as given).
       depth: a fixed census depth d (0: by the rule).
       max_depth: the proxies' list depth, the deepest a rule can go (None: no cap).
       priority: [N] (e.g. `fused`): by the rule, the items of best rank d + 1 with the highest
@@ -118,6 +137,8 @@ def plan(
         raise ValueError(f"census_share must be in [0, 1), got {census_share}")
     n = int(best_rank.size)
     budget = fraction * n
+    if queries and not depth:
+        census_share = share(census_share, fraction, n, queries)
     ranked = np.sort(best_rank[best_rank != UNRANKED])
     if depth:
         d = int(depth)

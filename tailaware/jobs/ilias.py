@@ -78,9 +78,11 @@ def run(config, workdir: str) -> Prediction | None:
         )
         fraction, fingerprint = plan.design.inclusion, f"+census:{plan.digest}"
         logging.info(
-            "census of depth %d: %d items; the rest sampled at %.6f",
+            "census of depth %d: %d items (%.2f of the budget, the share rule); the rest "
+            "sampled at %.6f",
             plan.design.depth,
             plan.design.n_census,
+            plan.design.n_census / (float(config.sample_fraction) * plan.design.best_rank.size),
             fraction,
         )
     m_search = m + (plan.extra if plan else 0)

@@ -102,6 +102,7 @@ def plan(
         best,
         fraction,
         census_share=census_share,
+        queries=len(query_ids),
         depth=depth,
         max_depth=max_depth,
         priority=design.fused(lists, gallery.size),
