@@ -7,10 +7,10 @@ over every distractor), the proxy's per-query top-D lists (brute force, the offi
 similarity file's content) and, per budget f and hash seed:
 
 - uniform: the id-hash sample at f (`core/sampling.py`), predicted as today;
-- census: `core/design.plan` from the proxy's lists (census share of the budget
-  `--census_share`), the hash sample at the rate that makes the total embedded share f (census
-  items it draws included, as the ILIAS job writes it), the pooled prediction
-  (`protocol/census.predict`).
+- census: `core/design.plan` from the proxy's lists (census share of the budget at most
+  `--census_share`, shrunk by the job's share rule unless `--share_rule=0`), the hash sample
+  at the rate that makes the total embedded share f (census items it draws included, as the
+  ILIAS job writes it), the pooled prediction (`protocol/census.predict`).
 
 Query sets: the full set (queries x k / N as the benchmark has it) and disjoint sets of
 `--set_size` queries (ILIAS-like queries x k / N), split by a hash of the query id. Printed per
