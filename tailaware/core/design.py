@@ -120,7 +120,7 @@ def plan(
     Args:
       best_rank: [N] from `best_ranks`.
       fraction: f, the total embedded share in (0, 1), census included.
-      census_share: the share of the budget the census may take (the depth rule); in [0, 1).
+      census_share: the most of the budget the census may take (the depth rule); in [0, 1).
       queries: Q, the number of queries: the share shrinks by `share` where the census would
         hold fewer than `ITEMS_PER_QUERY` items per query (0: `census_share` as given).
       depth: a fixed census depth d (0: by the rule).
