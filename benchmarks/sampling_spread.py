@@ -39,7 +39,7 @@ def _parse():
 
 
 def summarize(records: list[dict]) -> list[str]:
-    """Returns the table: one row per benchmark, fraction and set."""
+    """Returns the table: one row per benchmark, fraction and set, then the pooled figures."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["benchmark"], r["fraction"], r["set"]), []).append(r)
@@ -62,6 +62,20 @@ def summarize(records: list[dict]) -> list[str]:
             f"{shared:>9.4f}{shared / spread:>7.2f}{apart:>9.4f}{apart / spread:>7.2f}"
             f"{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}"
         )
+    return lines + pooled(records)
+
+
+def pooled(records: list[dict]) -> list[str]:
+    """Returns issue #41's figures over every prediction of each fraction and of all: the
+    coverage of `ci90` and its median half-width over the MAE (both over the same records)."""
+    lines = [f"{'pooled':<22}{'frac':>6}{'n':>6}{'MAE':>8}{'ci90':>6}{'hw/MAE':>8}"]
+    fracs = sorted({r["fraction"] for r in records})
+    for frac in fracs + ["all"]:
+        rs = [r for r in records if frac in ("all", r["fraction"])]
+        mae = float(np.mean([abs(r["map"] - r["truth"]) for r in rs]))
+        cover = np.mean([r["ci90"][0] <= r["truth"] <= r["ci90"][1] for r in rs])
+        half = float(np.median([(r["ci90"][1] - r["ci90"][0]) / 2 for r in rs]))
+        lines.append(f"{'':<22}{frac:>6}{len(rs):>6}{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}")
     return lines
 
 
