@@ -67,16 +67,24 @@ def summarize(records: list[dict]) -> list[str]:
 
 def pooled(records: list[dict]) -> list[str]:
     """Returns issue #41's figures over every prediction of each fraction and of all: the
-    coverage of `ci90` and its median half-width over the MAE (both over the same records)."""
-    lines = [f"{'pooled':<22}{'frac':>6}{'n':>6}{'MAE':>8}{'ci90':>6}{'hw/MAE':>8}"]
+    coverage of `ci90` and its median half-width over the MAE (both over the same records), and
+    the share of predictions whose `ci90_queries` contains their `ci90`."""
+    lines = [f"{'pooled':<22}{'frac':>6}{'n':>6}{'MAE':>8}{'ci90':>6}{'hw/MAE':>8}{'Q>=90':>7}"]
     fracs = sorted({r["fraction"] for r in records})
     for frac in fracs + ["all"]:
         rs = [r for r in records if frac in ("all", r["fraction"])]
         mae = float(np.mean([abs(r["map"] - r["truth"]) for r in rs]))
         cover = np.mean([r["ci90"][0] <= r["truth"] <= r["ci90"][1] for r in rs])
         half = float(np.median([(r["ci90"][1] - r["ci90"][0]) / 2 for r in rs]))
-        lines.append(f"{'':<22}{frac:>6}{len(rs):>6}{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}")
+        wide = np.mean([_contains(r["ci90_queries"], r["ci90"]) for r in rs])
+        lines.append(
+            f"{'':<22}{frac:>6}{len(rs):>6}{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}{wide:>7.2f}"
+        )
     return lines
+
+
+def _contains(outer, inner) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
 
 
 def main():
