@@ -39,16 +39,16 @@ def _parse():
 
 
 def summarize(records: list[dict]) -> list[str]:
-    """Returns the table: one row per benchmark, fraction and set, then the pooled figures."""
+    """Returns the table: one row per benchmark, fraction and set of three draws or more, then
+    the pooled figures over those rows' records."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["benchmark"], r["fraction"], r["set"]), []).append(r)
     head = f"{'benchmark':<22}{'frac':>6}{'set':>9}{'draws':>6}{'bias':>9}{'sd draws':>10}"
     head += f"{'shared':>9}{'ratio':>7}{'apart':>9}{'ratio':>7}{'MAE':>8}{'ci90':>6}{'hw/MAE':>8}"
     lines = [head]
+    groups = {key: rs for key, rs in groups.items() if len(rs) >= 3}
     for (bench, frac, name), rs in sorted(groups.items()):
-        if len(rs) < 3:
-            continue
         maps = np.array([r["map"] for r in rs])
         spread = maps.std(ddof=1)
         shared = float(np.median([r["sd_shared"] for r in rs]))
@@ -62,7 +62,7 @@ def summarize(records: list[dict]) -> list[str]:
             f"{shared:>9.4f}{shared / spread:>7.2f}{apart:>9.4f}{apart / spread:>7.2f}"
             f"{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}"
         )
-    return lines + pooled(records)
+    return lines + pooled([r for rs in groups.values() for r in rs])
 
 
 def pooled(records: list[dict]) -> list[str]:
