@@ -31,10 +31,13 @@ def test_second_process_reads_the_cache(tmp_path):
         check=True,
     )
     cold = float(run().stdout.split()[-1])
-    entries = os.listdir(cache)
-    assert entries, "the fitter's compiled program was not written to the cache"
+    entries = set(os.listdir(cache))
+    assert any(e.startswith("jit_fit-") for e in entries), "the fitter was not cached"
     warm = float(run().stdout.split()[-1])
-    assert sorted(os.listdir(cache)) == sorted(entries)  # nothing new compiled
+    # The second process loads the fitter under the same key: no new fitter entry. (Small ops
+    # near MIN_COMPILE_SECONDS may be written by either run on a loaded machine.)
+    new = set(os.listdir(cache)) - entries
+    assert not [e for e in new if e.startswith("jit_fit-")], new
     assert warm < cold
 
 
