@@ -148,6 +148,11 @@ def candidate(r: dict, terms) -> tuple[float, float]:
     return intervals.in_range(r["map"] - 1.645 * sd, r["map"] + 1.645 * sd)
 
 
+def contains(outer, inner) -> bool:
+    """Returns whether the interval `outer` (lo, hi) contains `inner`."""
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
 def summarize(records: list[dict]) -> list[str]:
     """Returns the table: one row per benchmark, fraction and set size."""
     groups = {}
@@ -169,13 +174,8 @@ def summarize(records: list[dict]) -> list[str]:
             half = np.median([(hi - lo) / 2 for lo, hi in ci])
             line += f"{cov:>6.2f} {half:.4f}{half / max(mae, 1e-12):>6.1f}"
         cov_q = np.mean([r["ci90_queries"][0] <= r["truth"] <= r["ci90_queries"][1] for r in rs])
-        contains = np.mean(
-            [
-                r["ci90_queries"][0] <= r["ci90"][0] and r["ci90"][1] <= r["ci90_queries"][1]
-                for r in rs
-            ]
-        )
-        lines.append(line + f"{cov_q:>6.2f}{contains:>6.2f}")
+        holds = np.mean([contains(r["ci90_queries"], r["ci90"]) for r in rs])
+        lines.append(line + f"{cov_q:>6.2f}{holds:>6.2f}")
     return lines
 
 
