@@ -5,6 +5,12 @@ import os
 # Must be set before jax initialises its backends.
 os.environ.setdefault("XLA_FLAGS", "")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The suite is mostly XLA compiling small programs once: the tests check what a program
+# computes, not how fast its machine code runs, so XLA's backend optimizations are off here and
+# in every job or kernel a test starts (`JAX_DISABLE_MOST_OPTIMIZATIONS=0 make test` turns them
+# on; the golden test always runs its jobs with them, as users do). Timed by
+# benchmarks/suite_speed.py (figures in benchmarks/README.md).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -45,7 +45,9 @@ FAST_PROTOCOL = (
 
 
 def _launch(workdir, *args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    # Compiled as users run it (the suite turns XLA's optimizations off, tests/conftest.py):
+    # the pinned numbers are the production program's.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="0")
     out = subprocess.run(
         [sys.executable, "launch.py", f"--workdir={workdir}", *args],
         cwd=ROOT,
