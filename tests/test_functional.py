@@ -1,6 +1,7 @@
 """The estimators' traced definitions on fixed-shape inputs agree with the estimates on files,
 padded or not."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -24,8 +25,10 @@ def _core_map(sc, name, settings):
 
 def _core_aps(sc, name, settings):
     """Per-query AP@100 at 1e7 of the estimator's traced definition on the file's fixed-shape
-    inputs (`functional.core`), through the prediction's pass."""
-    atoms, w = estimators.get(name).traced(functional.core(sc, settings), settings)
+    inputs (`functional.core`), through the prediction's pass; jitted, as every caller runs it
+    (op by op, each of its hundreds of operations would compile on its own)."""
+    traced = jax.jit(lambda c: estimators.get(name).traced(c, settings))
+    atoms, w = traced(functional.core(sc, settings))
     variant = evaluate.Variant(np.asarray(atoms), np.asarray(w, np.float64)[None])
     values, _ = evaluate.predicted_values([variant], sc.mask, [1e7], 100, sc.fixed_counts, sc)
     return values[0, 0, 0]
