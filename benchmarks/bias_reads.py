@@ -93,12 +93,15 @@ def where(bench: dict, frac: str, entries: list[dict]) -> None:
     some sampled distractor outranks, and those none does by their gap; each draw's groups are
     its own (a query's gap moves with the sample)."""
     truth: dict[int, np.ndarray] = {}  # the exact per-query AP at each k the draws predict
+    whole = scores_lib.load_scores(bench["truth"])
+    above = np.where(whole.mask, whole.pos_counts, np.iinfo(np.int64).max).min(axis=1)
+    deep = []  # the whole gallery's count above each blind query's best positive
     parts = np.zeros((len(entries), len(GAPS)))  # [draws, seen + gap bins]
     sizes = np.zeros_like(parts)
     for i, entry in enumerate(entries):
         predicted, k = _per_query(os.path.dirname(entry["scores"]))
         if k not in truth:  # the truth at the prediction's k, from the exact counts
-            exact = prediction.exact(scores_lib.load_scores(bench["truth"]), k, 1)
+            exact = prediction.exact(whole, k, 1)
             truth[k] = exact.metrics[f"map@{k}"].per_query
         err = predicted - truth[k]
         sc = scores_lib.load_scores(entry["scores"])
@@ -106,6 +109,7 @@ def where(bench: dict, frac: str, entries: list[dict]) -> None:
         blind = np.where(sc.mask, sc.pos_counts, np.iinfo(np.int64).max).min(axis=1) == 0
         tail = sc.tail_scores
         gap = (best - tail[:, 0]) / np.maximum(tail[:, 0] - tail[:, 49], 1e-6)
+        deep.append(above[blind])
         groups = [~blind] + [blind & (gap >= lo) & (gap < hi) for lo, hi in BINS]
         for g, m in enumerate(groups):
             parts[i, g], sizes[i, g] = err[m].sum() / err.size, m.sum()
@@ -113,8 +117,9 @@ def where(bench: dict, frac: str, entries: list[dict]) -> None:
     print(
         f"{bench['name']:<22}{frac:>6} draws {len(entries)}: error {parts.sum(axis=1).mean():+.4f}"
         f" (sd over draws {parts.sum(axis=1).std(ddof=1) if len(entries) > 1 else 0.0:.4f}); "
-        f"outranked by a sampled distractor: {n[0]:.0f} queries, {mean[0]:+.4f}; by none, by "
-        "gap / spread of the top 50:"
+        f"outranked by a sampled distractor: {n[0]:.0f} queries, {mean[0]:+.4f}; by none (the "
+        f"gallery's count above the best positive: median {np.median(np.concatenate(deep)):.0f}),"
+        " by gap / spread of the top 50:"
     )
     for (lo, hi), part, size in zip(BINS, mean[1:], n[1:], strict=True):
         print(f"    [{lo}, {hi}): {size:>6.1f} queries, {part:+.4f}")
