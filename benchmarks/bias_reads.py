@@ -81,10 +81,15 @@ def half(bench: dict, frac: str, entry: dict) -> None:
     )
 
 
-def _per_query(path: str) -> tuple[np.ndarray, int]:
-    """Returns a folder's predicted per-query AP and its k."""
-    with open(os.path.join(path, "prediction.json")) as f:
-        p = json.load(f)
+def _prediction(entry: dict) -> dict:
+    """Returns a draw's prediction.json (the ILIAS job's, beside its sampled scores)."""
+    with open(os.path.join(os.path.dirname(entry["scores"]), "prediction.json")) as f:
+        return json.load(f)
+
+
+def _per_query(entry: dict) -> tuple[np.ndarray, int]:
+    """Returns a draw's predicted per-query AP and its k."""
+    p = _prediction(entry)
     return np.asarray(p["per_query_ap"], np.float64), int(p["k"])
 
 
@@ -99,7 +104,7 @@ def where(bench: dict, frac: str, entries: list[dict]) -> None:
     parts = np.zeros((len(entries), len(GAPS)))  # [draws, seen + gap bins]
     sizes = np.zeros_like(parts)
     for i, entry in enumerate(entries):
-        predicted, k = _per_query(os.path.dirname(entry["scores"]))
+        predicted, k = _per_query(entry)
         if k not in truth:  # the truth at the prediction's k, from the exact counts
             exact = prediction.exact(whole, k, 1)
             truth[k] = exact.metrics[f"map@{k}"].per_query
@@ -129,8 +134,7 @@ def counts(bench: dict, frac: str, entries: list[dict]) -> None:
     """Prints the draws' mean error and mean tail-vs-counts ratio (and its z)."""
     errors, ratios, zs = [], [], []
     for entry in entries:
-        with open(os.path.join(os.path.dirname(entry["scores"]), "prediction.json")) as f:
-            p = json.load(f)
+        p = _prediction(entry)
         tc = p["diagnostics"]["tail_counts"]
         errors.append(p["map"] - bench[f"exact_map{p['k']}"])
         ratios.append(tc["observed"] / tc["expected"])
@@ -143,7 +147,7 @@ def counts(bench: dict, frac: str, entries: list[dict]) -> None:
 
 
 def pair(bench: dict, frac: str, entries: list[dict]) -> None:
-    a, b = (_per_query(os.path.dirname(e["scores"]))[0] for e in entries[:2])
+    a, b = (_per_query(e)[0] for e in entries[:2])
     d = a - b
     print(
         f"{bench['name']:<22}{frac:>6} draws 0-1: mean difference {d.mean():+.4f}, "
