@@ -32,8 +32,8 @@ LOCK_NO_DEPS := requirements-nodeps.lock
 # lock's torch==2.13.0 then accepts as installed (README, Set-up).
 TORCH_INDEX ?=
 # The suite's workers (pytest-xdist): each takes whole test modules, those with slow tests first
-# (tests/conftest.py). The suite is mostly XLA compiling; on 2 cores two workers take 0.66x the
-# time of one (589 s against 881 s). Each worker peaks at ~4 GB of memory.
+# (tests/conftest.py). The suite is mostly XLA compiling; on 2 cores two workers take about
+# two thirds of one's time (benchmarks/README.md, "suite_speed.py"). Each peaks at ~4 GB.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint notebooks lock clean
