@@ -100,6 +100,7 @@ def record(scores, truth_counts, n_full: int, settings, hardness, p, t0: float) 
         "sd_model": unc.sd_model,
         "prior_spread": unc.prior_spread,
         "prior_deviation": unc.prior_deviation,
+        "threshold_deviation": unc.threshold_deviation,
         "sd_realized": unc.sd_realized,
         "sd_subsample": unc.sd_subsample,
         "sd_counts": float(realization.mean_sd(spread.counts[0])),

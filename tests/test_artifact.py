@@ -205,9 +205,11 @@ def test_the_predict_job_writes_an_artifact_that_predicts_with_the_same_interval
     assert unc["ci90"][1] == pytest.approx(these_hi, abs=1e-9)
     expect_hi = point + np.hypot(these_hi - point, q_hi - point)
     assert unc["ci90_queries"][1] == pytest.approx(min(expect_hi, 1.0), abs=1e-9)
-    model = np.hypot(
-        IntervalSettings().threshold_sd * unc["threshold_deviation"],
-        IntervalSettings().prior_sd * unc["prior_spread"],
+    factors = IntervalSettings()
+    model = np.sqrt(
+        (factors.threshold_sd * unc["threshold_deviation"]) ** 2
+        + (factors.prior_sd * unc["prior_spread"]) ** 2
+        + (factors.shared_sd * unc["prior_deviation"]) ** 2
     )
     assert 0 < unc["prior_spread"] < unc["prior_deviation"]
     assert unc["sd_model"] == pytest.approx(model)

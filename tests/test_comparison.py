@@ -142,6 +142,20 @@ def test_paired_adds_the_threshold_term_in_quadrature():
     assert wide["resolvable_margin"] > 2 * plain["resolvable_margin"]
 
 
+def test_paired_adds_the_shared_prior_move_in_quadrature():
+    # The difference's move under the other priors (both systems re-weighted alike) scaled by
+    # shared_sd joins the threshold and query-by-query prior terms in quadrature.
+    rng = np.random.default_rng(6)
+    base = rng.beta(0.6, 0.9, 600)
+    a = np.clip(base + 0.02 + 0.01 * rng.standard_normal(600), 0, 1)
+    factors = IntervalSettings(threshold_sd=1.0, prior_sd=1.5, shared_sd=0.5)
+    terms = dict(deviation=0.01, prior_deviation=0.004, settings=factors)
+    plain = compare.paired(a, base, num_replicates=2000, **terms)
+    wide = compare.paired(a, base, num_replicates=2000, shared_deviation=0.03, **terms)
+    assert plain["sd"] == pytest.approx(np.hypot(0.01, 1.5 * 0.004))
+    assert wide["sd"] == pytest.approx(np.sqrt(0.01**2 + (1.5 * 0.004) ** 2 + (0.5 * 0.03) ** 2))
+
+
 @pytest.mark.slow
 def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys):
     bench_a = simulate.make_benchmark(150, n_pool=10**7, seed=0)
@@ -178,7 +192,7 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
     assert a["uncertainty"]["sd_distractor"] > 0 and out["threshold_deviation"] > 0
     # Every term in quadrature: the paired query sd, both sampling sds (each the larger of its
     # nested and sub-samples' reads), the threshold term, both systems' query-by-query prior
-    # terms, both realized-value sds.
+    # terms, the paired prior move (the part the queries share), both realized-value sds.
     diff = np.asarray(a["per_query_ap"]) - np.asarray(b["per_query_ap"])
     sd_pairs = diff.std(ddof=1) / np.sqrt(diff.size)
     sd_d = [p["uncertainty"]["sd_distractor"] for p in preds]
@@ -192,6 +206,7 @@ def test_compare_job_reads_two_predictions_and_adds_every_term(tmp_path, capsys)
         + (factors.threshold_sd * out["threshold_deviation"]) ** 2
         + (factors.prior_sd * a["uncertainty"]["prior_spread"]) ** 2
         + (factors.prior_sd * b["uncertainty"]["prior_spread"]) ** 2
+        + (factors.shared_sd * out["prior_deviation"]) ** 2
         + sd_r[0] ** 2
         + sd_r[1] ** 2
     )
@@ -260,6 +275,7 @@ def test_compare_pairs_two_models_scored_on_one_sample():
         (factors.threshold_sd * got.threshold_deviation) ** 2
         + (factors.prior_sd * a.interval.prior_spread) ** 2
         + (factors.prior_sd * b.interval.prior_spread) ** 2
+        + (factors.shared_sd * got.prior_deviation) ** 2
         + a.interval.sd_realized**2
         + b.interval.sd_realized**2
     )

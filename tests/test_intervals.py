@@ -12,13 +12,13 @@ from tailaware.tail.settings import TailSettings
 
 Q = 120
 # Both model terms on (the default leaves the threshold term out: `IntervalSettings`).
-SETTINGS = IntervalSettings(threshold_sd=1.0, prior_sd=0.5)
+SETTINGS = IntervalSettings(threshold_sd=1.0, prior_sd=0.5, shared_sd=0.0)
 # The tilt prior on [-0.95, 0] with the factors chosen for it on the simulator (2.5, 1.5): the
 # configuration whose bias on bounded laws these tests were built on (the default estimator,
 # chosen on the dev split, is validated in docs/validation.md).
 # The default estimator before the empirical-Bayes prior (tilt on [-0.95, 0], 200 excesses).
 TILT = PredictSettings(tail=TailSettings(prior="tilt", xi_max=0.0, averaged_quantile=0.95))
-TILT_INTERVALS = IntervalSettings(threshold_sd=2.5, prior_sd=1.5)
+TILT_INTERVALS = IntervalSettings(threshold_sd=2.5, prior_sd=1.5, shared_sd=0.0)
 
 
 def test_query_bootstrap_covers_a_known_mean():
@@ -104,6 +104,21 @@ def test_intervals_add_the_prior_deviation_to_the_model_term():
     assert out.ci90.reported == pytest.approx((0.5 - 1.6449 * want, 0.5 + 1.6449 * want), rel=1e-4)
 
 
+def test_intervals_add_the_shared_prior_move_to_the_model_term():
+    # With the query-by-query spread known, the aggregate move enters as the shared part
+    # (shared_sd x prior_deviation), in quadrature with the threshold and spread terms.
+    q_reps = 0.5 + 0.01 * np.random.default_rng(9).standard_normal(1000)
+    factors = IntervalSettings(threshold_sd=1.0, prior_sd=1.5, shared_sd=0.25)
+    out = intervals.intervals(
+        0.5, q_reps, factors, deviation=0.02, prior_deviation=0.04, spread=0.003
+    )
+    want = np.sqrt(0.02**2 + (1.5 * 0.003) ** 2 + (0.25 * 0.04) ** 2)
+    assert out.sd_model == pytest.approx(want)
+    assert out.ci90.reported == pytest.approx((0.5 - 1.6449 * want, 0.5 + 1.6449 * want), rel=1e-4)
+    none = intervals.intervals(0.5, q_reps, factors, deviation=0.02, spread=0.003)
+    assert none.sd_model == pytest.approx(np.hypot(0.02, 1.5 * 0.003))
+
+
 def test_intervals_add_the_realized_term_for_these_queries():
     # The realized counts' own noise joins the model term in quadrature; the query interval
     # does not move, and the interval over queries like these still contains the other.
@@ -165,7 +180,12 @@ def test_prediction_spread_matches_the_per_query_values_under_the_priors():
     aps = evaluate.per_query_aps(h, [1e6], settings.k, sc.fixed_counts, sc, priors=True)[:, 0]
     want = intervals.prior_spread(aps[1:, None], aps[:1])[0]  # independent of the pass's path
     assert got.prior_spread == pytest.approx(want, rel=1e-6, abs=1e-9) and want > 0
-    assert got.sd_model == pytest.approx(settings.intervals.prior_sd * want, rel=1e-6)
+    # The shared part is the aggregate move of the same per-query values (their mean's move).
+    moved = np.max(np.abs(aps[1:].mean(axis=1) - aps[0].mean()))
+    assert got.prior_deviation == pytest.approx(moved, rel=1e-5)
+    factors = settings.intervals
+    model = np.hypot(factors.prior_sd * want, factors.shared_sd * moved)
+    assert got.sd_model == pytest.approx(model, rel=1e-5)
 
 
 def test_intervals_take_the_larger_of_the_distractor_and_subsample_sds():

@@ -159,9 +159,10 @@ class Interval(NamedTuple):
       threshold_deviation: how far the prediction moves when the tail threshold keeps half or
         twice the excesses (0 without a tail model).
       prior_deviation: how far it moves under a flatter or a steeper prior on the tail shape.
-      sd_model: the tail model's error, hypot(threshold_sd x threshold_deviation, prior_sd x
-        prior_spread) (`IntervalSettings`; x prior_deviation in a file written before
-        prior_spread was).
+      sd_model: the tail model's error, the quadrature sum of threshold_sd x
+        threshold_deviation, prior_sd x prior_spread and shared_sd x prior_deviation
+        (`IntervalSettings`; prior_sd x prior_deviation in a file written before prior_spread
+        was, and no shared part in one written before shared_sd).
       ci90, ci95: the `Bounds` at 90% and 95%.
       threshold_maps: the threshold reruns' values of the metric (half, twice the excesses), or
         None (the name is mAP@k's, kept in prediction.json).

@@ -8,8 +8,9 @@ weights by distractor id, `sampling_correlation`: two models scored on one sampl
 on the items they share; else independent), their realized counts around the law's
 expectation (`Interval.sd_realized`, taken as independent: two systems scoring the same
 distractors may move together, and the sum then overstates it), and the tail models (how far
-A - B moves when both estimates are rerun at other tail thresholds, `paired_deviation`, and
-both systems' query-by-query prior terms, `prior_term`; scaled as a single system's model term,
+A - B moves when both estimates are rerun at other tail thresholds, `paired_deviation`, both
+systems' query-by-query prior terms, `prior_term`, and how far A - B moves under the other
+priors, the part the queries share; scaled as a single system's model term,
 `intervals.sd_model`); all in quadrature. Over queries like these, the comparison is paired
 (paper App. C, ranking resolution): the bootstrap resamples queries once per replicate and
 takes the mean difference of the two systems on the same resample, which cancels the
@@ -46,6 +47,7 @@ def paired(
     sd_distractor_b: float = 0.0,
     deviation: float = 0.0,
     prior_deviation: float = 0.0,
+    shared_deviation: float = 0.0,
     settings: IntervalSettings = IntervalSettings(),
     sd_realized: float = 0.0,
     correlation: float = 0.0,
@@ -68,6 +70,8 @@ def paired(
         measured.
       deviation: the difference's threshold sensitivity (`paired_deviation`).
       prior_deviation: the difference's prior term (`prior_term`).
+      shared_deviation: how far the difference moves when both priors do (`paired_deviation`
+        of the prior reruns): the part of the tail models' errors the queries share.
       settings: the model terms' factors (as in a single system's interval).
       sd_realized: the sd of the realized difference around its expectation (both systems'
         realized-value sds in quadrature, `Interval.sd_realized`); 0 where not measured.
@@ -84,7 +88,7 @@ def paired(
     diff = a - b
     point = float(diff.mean())
     reps = intervals.query_bootstrap(diff, num_replicates, seed)  # [B]
-    sd_m = intervals.sd_model(deviation, prior_deviation, settings)
+    sd_m = intervals.sd_model(deviation, prior_deviation, settings, shared_deviation)
     sa, sb = sd_distractor_a, sd_distractor_b
     var_sampling = max(sa * sa + sb * sb - 2.0 * correlation * sa * sb, 0.0)
     sd = float(np.sqrt(var_sampling + sd_m * sd_m + sd_realized * sd_realized))
@@ -220,6 +224,7 @@ def compare(
             sd_distractor_b=_sd_distractor(y),
             deviation=dev,
             prior_deviation=prior_term(x, y),
+            shared_deviation=dev_prior,
             settings=settings,
             sd_realized=float(np.hypot(_sd_realized(x), _sd_realized(y))),
             correlation=sampling_correlation(x, y),

@@ -12,7 +12,8 @@ interval only (`intervals`):
   twice the excesses, and under a flatter or a steeper prior on the tail shape; no resampling of
   the data sees it (`IntervalSettings`). The prior's term is each query's move, combined over
   the queries as independent errors (`prior_spread`): it shrinks as 1 / sqrt(queries), as the
-  error does on real text (docs/validation.md, "The prior's term, query by query").
+  error does on real text (docs/validation.md, "The prior's term, query by query"); beside it,
+  the aggregate move, the part of that error the queries share (`IntervalSettings.shared_sd`).
 
 `intervals` combines them at one gallery size into an `Interval`; `item_intervals` for every
 reported item (a metric at one size, a group of the ILIAS report).
@@ -77,15 +78,21 @@ def query_bootstrap(aps: ArrayLike, num_replicates: int = 1000, seed: int = 0) -
 
 
 def sd_model(
-    threshold_deviation: float, prior_deviation: float, settings: IntervalSettings
+    threshold_deviation: float,
+    prior_deviation: float,
+    settings: IntervalSettings,
+    shared_deviation: float = 0.0,
 ) -> float:
-    """Returns the tail model's error as one sd: the two measured moves, scaled, in quadrature."""
-    return float(
-        np.hypot(
-            settings.threshold_sd * float(threshold_deviation),
-            settings.prior_sd * float(prior_deviation),
-        )
+    """Returns the tail model's error as one sd: the measured moves, scaled, in quadrature.
+
+    `prior_deviation` is the prior's term query by query (`prior_spread`), `shared_deviation`
+    the aggregate move under the same priors (the part the queries share)."""
+    terms = (
+        settings.threshold_sd * float(threshold_deviation),
+        settings.prior_sd * float(prior_deviation),
+        settings.shared_sd * float(shared_deviation),
     )
+    return float(np.sqrt(sum(t * t for t in terms)))
 
 
 def prior_spread(
@@ -166,7 +173,7 @@ def intervals(
     sd (`sampling_sd`): the nested replicates' and the prediction's moves between nested
     sub-samples of the sample (`sd_subsample`: sampling noise and the extrapolation's drift
     with S, which the resampled replicates do not see). The tail model's term, a normal error
-    of sd `sd_model(deviation, spread)`, and the counts' own noise around the law's
+    of sd `sd_model(deviation, spread, prior_deviation)`, and the counts' own noise around the law's
     expectation (`sd_realized`, shrinking as 1 / sqrt(queries): `core.realization`) are added
     to it in quadrature on each side. Over queries like these (`Bounds.queries`): that interval
     widened on each side, in quadrature, by the query bootstrap's percentile interval
@@ -202,7 +209,8 @@ def intervals(
         sd_combined = float(np.std(nested[1], ddof=1))
     elif sd_distractor is not None:
         sd_d = float(sd_distractor)
-    sd_m = sd_model(deviation, prior_deviation if spread is None else spread, settings)
+    spread_or_move = prior_deviation if spread is None else spread
+    sd_m = sd_model(deviation, spread_or_move, settings, prior_deviation)
     bounds = []
     for level in LEVELS:
         lo, hi = percentile_interval(query_reps, level)
