@@ -74,7 +74,7 @@ class IntervalSettings:
         queries share. One pooled prior prices every query's tail beyond the sample's top, where
         a benchmark's bias sits, so that part does not shrink with the query count.
 
-    A factor of 0 leaves its term out of the interval (both terms are still measured and
+    A factor of 0 leaves its term out of the interval (each is still measured and
     reported: THRESHOLD SENSITIVE, PRIOR SENSITIVE). The defaults are chosen on the dev split
     for the default estimator: threshold_sd as the narrowest factor that held every dev draw
     (`benchmarks/interval_factors.py`; docs/validation.md, "The interval on dev and test");
