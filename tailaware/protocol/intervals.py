@@ -79,17 +79,17 @@ def query_bootstrap(aps: ArrayLike, num_replicates: int = 1000, seed: int = 0) -
 
 def sd_model(
     threshold_deviation: float,
-    prior_deviation: float,
+    prior_term: float,
     settings: IntervalSettings,
     shared_deviation: float = 0.0,
 ) -> float:
     """Returns the tail model's error as one sd: the measured moves, scaled, in quadrature.
 
-    `prior_deviation` is the prior's term query by query (`prior_spread`), `shared_deviation`
-    the aggregate move under the same priors (the part the queries share)."""
+    `prior_term` is the prior's term query by query (`prior_spread`), `shared_deviation` the
+    aggregate move under the same priors (the part the queries share)."""
     terms = (
         settings.threshold_sd * float(threshold_deviation),
-        settings.prior_sd * float(prior_deviation),
+        settings.prior_sd * float(prior_term),
         settings.shared_sd * float(shared_deviation),
     )
     return float(np.sqrt(sum(t * t for t in terms)))
