@@ -21,16 +21,15 @@ import argparse
 import collections
 import json
 import os
-import statistics
 import sys
 
-import numpy as np
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from prior_spread import these  # noqa: E402  (the interval for these queries from a record)
+from sampling_spread import ci90_figures  # noqa: E402
+
 from tailaware.protocol import intervals  # noqa: E402
 from tailaware.protocol.settings import IntervalSettings  # noqa: E402
-
-Z90 = statistics.NormalDist().inv_cdf(0.95)
 
 
 def _parse():
@@ -48,20 +47,16 @@ def _parse():
 
 def rebuilt(r: dict, settings: IntervalSettings) -> tuple[float, float]:
     """Returns the 90% interval for these queries that `settings` would have reported for
-    record `r`, as `intervals.intervals` builds it."""
+    record `r` (`prior_spread.these` with the model term of `settings`)."""
     sd_m = intervals.sd_model(
         r["threshold_deviation"], r["prior_spread"], settings, r["prior_deviation"]
     )
-    extra = float(np.hypot(sd_m, r["sd_realized"]))
-    sampling = intervals.sampling_sd(r["sd_distractor"], r["sd_subsample"])
-    return intervals.for_these_queries(r["map"], Z90, sampling, extra)
+    return these(r, sd_m)
 
 
 def figures(rs: list[dict], bounds: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """Returns the MAE, the coverage and the median half-width over the MAE."""
-    mae = float(np.mean([abs(r["map"] - r["truth"]) for r in rs]))
-    cover = float(np.mean([lo <= r["truth"] <= hi for r, (lo, hi) in zip(rs, bounds, strict=True)]))
-    half = float(np.median([(hi - lo) / 2 for lo, hi in bounds]))
+    """Returns the MAE, the coverage of `bounds` and their median half-width over the MAE."""
+    mae, cover, half = ci90_figures([dict(r, ci90=b) for r, b in zip(rs, bounds, strict=True)])
     return mae, cover, half / mae
 
 

@@ -54,7 +54,7 @@ def summarize(records: list[dict]) -> list[str]:
         shared = float(np.median([r["sd_shared"] for r in rs]))
         apart = float(np.median([r["sd_apart"] or np.nan for r in rs]))
         bias = maps.mean() - rs[0]["truth"]
-        mae, cover, half = _ci90_figures(rs)
+        mae, cover, half = ci90_figures(rs)
         lines.append(
             f"{bench:<22}{frac:>6}{name:>9}{len(rs):>6}{bias:>+9.4f}{spread:>10.4f}"
             f"{shared:>9.4f}{shared / spread:>7.2f}{apart:>9.4f}{apart / spread:>7.2f}"
@@ -71,7 +71,7 @@ def pooled(records: list[dict]) -> list[str]:
     fracs = sorted({r["fraction"] for r in records})
     for frac in fracs + ["all"]:
         rs = [r for r in records if frac in ("all", r["fraction"])]
-        mae, cover, half = _ci90_figures(rs)
+        mae, cover, half = ci90_figures(rs)
         wide = np.mean([coverage.contains(r["ci90_queries"], r["ci90"]) for r in rs])
         lines.append(
             f"{'':<22}{frac:>6}{len(rs):>6}{mae:>8.4f}{cover:>6.2f}{half / mae:>8.2f}{wide:>7.2f}"
@@ -79,7 +79,7 @@ def pooled(records: list[dict]) -> list[str]:
     return lines
 
 
-def _ci90_figures(rs: list[dict]) -> tuple[float, float, float]:
+def ci90_figures(rs: list[dict]) -> tuple[float, float, float]:
     """Returns the records' MAE, the coverage of `ci90` and its median half-width."""
     mae = float(np.mean([abs(r["map"] - r["truth"]) for r in rs]))
     cover = float(np.mean([r["ci90"][0] <= r["truth"] <= r["ci90"][1] for r in rs]))
