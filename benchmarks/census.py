@@ -12,11 +12,18 @@ similarity file's content) and, per budget f and hash seed:
   at the rate that makes the total embedded share f (census items it draws included, as the
   ILIAS job writes it), the pooled prediction (`protocol/census.predict`).
 
+- reference (`--reference=R`): the uniform sample corrected by the proxy's exact run as a
+  control variate (`protocol/reference.correct`, PPI form, R joint replicates; the predict and
+  ILIAS jobs' `--config.reference`), the proxy's scores of the same sampled items its
+  reference scores.
+
 Query sets: the full set (queries x k / N as the benchmark has it) and disjoint sets of
 `--set_size` queries (ILIAS-like queries x k / N), split by a hash of the query id. Printed per
 (target, proxy, sets, budget): MAE, mean signed error and 90% coverage (the "these queries"
 interval) of mAP@k over sets and seeds, for both designs, the census size (share of N, x k per
-query) and the share of outrankers in it. Dev only; PyPI's summaries are never read.
+query) and the share of outrankers in it; then the sets pooled into one benchmark per seed
+(`blocks`: their mean against the mAP@k of all their queries), every design. Dev only; PyPI's
+summaries are never read.
 
 Command (after text_galleries.py has written the dev folders):
   python benchmarks/census.py --cache=/work/cache/text \\
@@ -36,8 +43,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tailaware.core import design, metrics, sampling  # noqa: E402
 from tailaware.io import features, ilias_folder  # noqa: E402
+from tailaware.io import reference_counts as reference_counts_lib  # noqa: E402
 from tailaware.io import scores as scores_lib  # noqa: E402
-from tailaware.protocol import census, prediction  # noqa: E402
+from tailaware.protocol import census, prediction, reference  # noqa: E402
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
 from tailaware.search import exact  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
@@ -85,6 +93,11 @@ def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", default="dev-minilm-names:dev-lsa-names")
     p.add_argument("--fill", type=int, default=1, help="fill the share from rank d + 1 (1: yes)")
+    p.add_argument(
+        "--reference", type=int, default=0,
+        help="replicates of a third design, the uniform sample corrected by the proxy's exact "
+        "run (protocol/reference.correct, PPI form); 0: not run",
+    )  # fmt: skip
     add_arguments(p)
     return p.parse_args()
 
@@ -174,14 +187,34 @@ def top_lists(prx: Folder, rows: np.ndarray, depth: int) -> np.ndarray:
     return np.take_along_axis(top, np.argsort(-np.take_along_axis(ps, top, 1), axis=1), 1)
 
 
+def exact_run(f: Folder, rows: np.ndarray):
+    """Returns (scores [Q, N], positive scores, fixed counts, exact counts [Q, P]) of the
+    queries `rows` of the folder `f`, by brute force over every distractor."""
+    s = f.q[rows] @ f.d.T
+    pos, fixed = exact.positive_scores(f.q[rows] @ f.p.T, f.slots[rows], f.relevant[rows])
+    x_all = np.sort(s, axis=1)[:, ::-1]
+    return s, pos, fixed, np.where(np.isnan(pos), -1, scores_lib.count_above(x_all, pos))
+
+
+def reference_counts_of(f: Folder, rows: np.ndarray, counts, fixed, k: int):
+    """Returns the proxy's exact run of the queries `rows` as a reference-counts file holds it
+    (`io/reference_counts`): its counts, ids and exact mAP@k."""
+    value = metrics.map_from_counts(counts, k, fixed)
+    pids = np.where(f.slots[rows] >= 0, f.slots[rows].astype(str), "")  # the slots name them
+    return reference_counts_lib.make(
+        counts, np.asarray(f.qids)[rows], pids, n_distractors=f.d.shape[0], k=k,
+        metric_names=[f"map@{k}"], metric_values=[value],
+    )  # fmt: skip
+
+
 def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
     """Appends one record per (budget, seed, design) for the queries `rows`."""
-    s = tgt.q[rows] @ tgt.d.T
-    allp = tgt.q[rows] @ tgt.p.T
-    pos, fixed = exact.positive_scores(allp, tgt.slots[rows], tgt.relevant[rows])
-    x_all = np.sort(s, axis=1)[:, ::-1]
-    k_exact = np.where(np.isnan(pos), -1, scores_lib.count_above(x_all, pos))
+    s, pos, fixed, k_exact = exact_run(tgt, rows)
     truth = metrics.map_from_counts(k_exact, args.k, fixed)
+    if args.reference:
+        s_r, pos_r, fixed_r, k_r = exact_run(prx, rows)
+        ref_counts = reference_counts_of(prx, rows, k_r, fixed_r, args.k)
+        ref_settings = reference.ReferenceSettings(replicates=args.reference, seed=0)
     top = top_lists(prx, rows, args.depth)
     n = tgt.d.shape[0]
     best = design.best_ranks([top], n)
@@ -206,20 +239,31 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
             sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m)
             _, pc = census.predict(sc, st, n)
-            for name, p in (("uniform", pu), ("census", pc)):
-                lo, hi = p.interval.ci90.reported
+            designs = [("uniform", pu.map, pu.interval.ci90.reported)]
+            designs.append(("census", pc.map, pc.interval.ci90.reported))
+            # the census design's own sample read as a uniform one (the job's "UNIFORM ONLY")
+            extra = {"census": dict(uniform_only=pc.baselines["uniform_only"])}
+            if args.reference:
+                c = reference.correct(
+                    file_of(s, pos, fixed, u, m), file_of(s_r, pos_r, fixed_r, u, m),
+                    ref_counts, st, ref_settings,
+                ).metrics[f"map@{args.k}"]  # fmt: skip
+                designs.append(("reference", c.value, c.ci90))
+            for name, value, (lo, hi) in designs:
                 out.append(
                     dict(
                         label=label, budget=f, seed=seed, design=name, truth=truth,
-                        value=p.map, lo=lo, hi=hi, share=plan.n_census / n,
+                        value=value, lo=lo, hi=hi, share=plan.n_census / n,
                         per_k=plan.n_census / (len(rows) * args.k), found=found,
                         qkn=len(rows) * args.k / n, depth=plan.depth, found_k=found_k,
                         census_share=args.census_share, rule=args.share_rule,
+                        **extra.get(name, {}),
                     )
                 )  # fmt: skip
             print(
-                f"  {label} f={f:g} seed={seed}: truth {truth:.4f} uniform {pu.map:.4f} "
-                f"census {pc.map:.4f} (C={plan.n_census}, d={plan.depth}, found "
+                f"  {label} f={f:g} seed={seed}: truth {truth:.4f} "
+                + " ".join(f"{name} {value:.4f}" for name, value, _ in designs)
+                + f" (C={plan.n_census}, d={plan.depth}, found "
                 f"{100 * found:.0f}%, within k {100 * found_k:.0f}%) {time.monotonic() - t0:.0f}s",
                 flush=True,
             )
@@ -251,6 +295,41 @@ def table(records) -> str:
             f"| {cov['uniform']:.0%} | {cov['census']:.0%} "
             f"| {np.median([(r['hi'] - r['lo']) / 2 for r in c]):.4f} |"
         )
+    return "\n".join(lines)
+
+
+def blocks(records) -> str:
+    """Returns the query sets pooled into one benchmark per (label, budget, design, seed): the
+    mean over the sets of the estimate against the mean of their truths (the mAP@k of all their
+    queries, as the sets are disjoint and of one size), with the half-width of the sets' mean
+    if their intervals were independent. Sets of one seed share the gallery's hash sample, as
+    the queries of one benchmark do. A full query set is one set: its draws' errors. Where the
+    census records carry it, a row for the census design's own sample read as a uniform one."""
+    lines = [
+        "| target <- proxy | budget | design | sets | queries | errors by seed | MAE | signed "
+        "| half-width (independent sets) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, f in sorted({(r["label"], r["budget"]) for r in records}):
+        for d in ("uniform", "census", "census's sample alone", "reference"):
+            key = "census" if d == "census's sample alone" else d
+            rs = [r for r in records if (r["label"], r["budget"], r["design"]) == (label, f, key)]
+            if key != d:
+                if not rs or not all("uniform_only" in r for r in rs):
+                    continue
+                rs = [r | {"value": r["uniform_only"], "lo": np.nan, "hi": np.nan} for r in rs]
+            if not rs:
+                continue
+            seeds = sorted({r["seed"] for r in rs})
+            by = [[r for r in rs if r["seed"] == s] for s in seeds]
+            err = np.asarray([np.mean([r["value"] - r["truth"] for r in b]) for b in by])
+            hw = [np.sqrt(np.sum([((r["hi"] - r["lo"]) / 2) ** 2 for r in b])) / len(b) for b in by]
+            size = int(label.rsplit(", ", 1)[1].split()[-2])  # "40 q" or "all 1000 q"
+            lines.append(
+                f"| {label} | {f:.0%} | {d} | {len(by[0])} | {len(by[0]) * size} "
+                f"| {' '.join(f'{e:+.4f}' for e in err)} | {np.abs(err).mean():.4f} "
+                f"| {err.mean():+.4f} | {'-' if key != d else f'{np.median(hw):.4f}'} |"
+            )
     return "\n".join(lines)
 
 
@@ -291,6 +370,7 @@ def main() -> None:
             label = f"{base}, all {n_q} q"
             one(np.arange(n_q), label, label, args.full_seeds)
     print(table(records))
+    print(blocks(records))
 
 
 if __name__ == "__main__":
