@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailaware.core import evaluate, sampling
+from tailaware.core import design, evaluate, sampling
 from tailaware.io.errors import InputError
 from tailaware.io.scores import make_scores
 from tailaware.protocol import budget
@@ -162,3 +162,37 @@ def test_a_sample_below_the_floor_is_refused_naming_the_smallest_fraction():
         least = float(str(e.value).split("at least ")[1].split(",")[0])
         assert least * n >= budget.MIN_SAMPLE
         assert (least - 10 ** (np.floor(np.log10(least)) - 1)) * n < budget.MIN_SAMPLE
+
+
+def test_a_census_designs_own_sample_is_held_to_the_floor():
+    # 200 queries' proxy lists over 300,000 items: at 5% the budget (15,000) clears the floor,
+    # but the census takes up to half of it and the tail is fitted to the rest's rate alone.
+    rng = np.random.default_rng(0)
+    n, queries = 300_000, 200
+    lists = [rng.choice(n, size=(queries, 1000), replace=True)]
+    best = design.best_ranks(lists, n)
+    priority = design.fused(lists, n)
+
+    def plan(f):
+        return design.plan(best, f, queries=queries, max_depth=1000, priority=priority)
+
+    d = plan(0.05)
+    assert d.n_census > 0 and d.inclusion * n < budget.MIN_SAMPLE <= 0.05 * n
+    budget.require_sample(0.05, n)  # the budget alone passes
+    with pytest.raises(InputError) as e:
+        budget.require_census_sample(0.05, d.inclusion, d.n_census, n, 0.5)
+    msg = str(e.value)
+    assert msg.startswith(
+        f"--config.sample_fraction=0.05 with --config.proxy: the census takes {d.n_census:,} of "
+        "the ~15,000 embedded distractors"
+    )
+    assert msg.endswith("or set --config.min_sample=0 to predict anyway")
+    # The fraction it names, planned again by the same rule, fits the tail to the floor or more.
+    least = float(msg.split("at least ")[1].split(" ")[0])
+    again = plan(least)
+    assert again.inclusion * n >= budget.MIN_SAMPLE
+    budget.require_census_sample(least, again.inclusion, again.n_census, n, 0.5)
+    # A fixed census of the same size at that fraction reaches it too.
+    fixed_rate = (least * n - d.n_census) / (n - d.n_census)
+    assert fixed_rate * n >= budget.MIN_SAMPLE
+    budget.require_census_sample(0.05, d.inclusion, d.n_census, n, 0.5, min_sample=0)

@@ -449,6 +449,26 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     assert again["map"] == pytest.approx(result.map, abs=1e-9)
 
 
+def test_ilias_job_holds_the_census_designs_own_sample_to_the_floor(tmp_path):
+    # A floor the budget reaches (0.2 N) but the sample the tail is fitted to, the rest's rate
+    # times N, does not: refused after the plan, before anything is scored.
+    folder = make_folder(str(tmp_path / "f"))
+    proxy, _, _, dids = _proxy_file(folder, tmp_path / "proxy.pkl")
+    n = len(dids) - len(features.read_features(os.path.join(folder, features.POSITIVES))[1])
+    floor = int(0.2 * n)
+    c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=proxy, min_sample=floor)
+    with pytest.raises(
+        errors.InputError,
+        match=r"^--config\.sample_fraction=0\.2 with --config\.proxy: the census takes \d+ of the "
+        rf"~{floor} embedded distractors .* so the tail is fitted to ~\d+ of {n};",
+    ):
+        ilias.run(c, str(tmp_path / "w"))
+    assert not os.path.exists(tmp_path / "w" / "sampled_scores.npz")
+    # Without the proxy the same budget passes the floor.
+    uniform = config(folder, top_m=20, sample_fraction=0.2, k=10, min_sample=floor)
+    ilias.run(uniform, str(tmp_path / "u"))
+
+
 def test_ilias_job_rejects_a_proxy_of_other_queries(tmp_path):
     folder = make_folder(str(tmp_path / "f"))
     bad = _official(

@@ -76,6 +76,14 @@ def run(config, workdir: str) -> Prediction | None:
                 matmul_dtype=config.matmul_dtype,
             ),
         )
+        budget.require_census_sample(
+            float(config.sample_fraction),
+            plan.design.inclusion,
+            plan.design.n_census,
+            n_distractors,
+            config_lib.census_options(config)[0],
+            int(config.min_sample),
+        )
         fraction, fingerprint = plan.design.inclusion, f"+census:{plan.digest}"
         logging.info(
             "census of depth %d: %d items (%.2f of the budget, the share rule); the rest "

@@ -59,13 +59,52 @@ def require_sample(fraction: float, n_distractors: int, min_sample: int = MIN_SA
         f"samples ~{expected:,.0f} of {n_distractors:,} distractors; the interval's coverage "
         f"is established from S = {min_sample:,} sampled distractors on (docs/validation.md)"
     )
-    if n_distractors >= min_sample:
-        least = min_sample / n_distractors  # rounded up to two significant digits
-        scale = 10.0 ** (1 - math.floor(math.log10(least)))
-        need = f"raise it to at least {math.ceil(least * scale - 1e-9) / scale:g}"
-    else:
-        need = "use 1.0 (exact)"
+    need = _raise_to(min_sample / n_distractors)
     raise InputError(f"{flag}: {why}; {need}, or set --config.min_sample=0 to predict anyway")
+
+
+def require_census_sample(
+    fraction: float,
+    inclusion: float,
+    n_census: int,
+    n_distractors: int,
+    census_share: float,
+    min_sample: int = MIN_SAMPLE,
+) -> None:
+    """Raises the one-line `InputError` of `require_sample` for a census design whose sample of
+    the whole gallery, the one its tail is fitted to (the rest hashed at `inclusion` and the
+    census sampled systematically at that rate), holds fewer than `min_sample` distractors: the
+    floor holds for the sample the estimator reads, not for the budget the census shares.
+
+    The fraction it names reaches the floor whatever the census takes, up to `census_share` of
+    the budget (the rest's rate is then at least (1 - census_share) x the fraction), and with a
+    census of the same size (a fixed depth).
+    """
+    expected = inclusion * n_distractors
+    if expected >= min_sample:
+        return
+    flag = f"--config.sample_fraction={fraction:g} with --config.proxy"
+    why = (
+        f"the census takes {n_census:,} of the ~{fraction * n_distractors:,.0f} embedded "
+        f"distractors and the rest is sampled at {inclusion:.4g}, so the tail is fitted to "
+        f"~{expected:,.0f} of {n_distractors:,}; the interval's coverage is established from "
+        f"S = {min_sample:,} sampled distractors on (docs/validation.md)"
+    )
+    n, c = float(n_distractors), float(n_census)
+    least = max(min_sample / ((1.0 - census_share) * n), (c + min_sample * (n - c) / n) / n)
+    raise InputError(
+        f"{flag}: {why}; {_raise_to(least)} or shrink the census (--config.census_share, "
+        "--config.census_depth), or set --config.min_sample=0 to predict anyway"
+    )
+
+
+def _raise_to(least: float) -> str:
+    """Returns the advice for a sample below the floor: the smallest fraction `least` that
+    reaches it, rounded up to two significant digits, or an exact run where none below 1 does."""
+    if least > 1.0:
+        return "use 1.0 (exact)"
+    scale = 10.0 ** (1 - math.floor(math.log10(least)))
+    return f"raise it to at least {math.ceil(least * scale - 1e-9) / scale:g}"
 
 
 def thin(scores: SampledScores, p: float, rng: np.random.Generator) -> SampledScores:
