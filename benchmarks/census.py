@@ -48,6 +48,7 @@ from tailaware.io import scores as scores_lib  # noqa: E402
 from tailaware.protocol import census, prediction, reference  # noqa: E402
 from tailaware.protocol.settings import PredictSettings, ProtocolSettings  # noqa: E402
 from tailaware.search import exact  # noqa: E402
+from tailaware.sim import synthetic  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 
@@ -129,6 +130,32 @@ def load(path: str) -> Folder:
         np.asarray(queries.ids), f32(queries.features), f32(positives.features), d, dids,
         slots, relevant,
     )  # fmt: skip
+
+
+def synthetic_pair(name: str, noise: float) -> tuple[Folder, Folder]:
+    """Returns (target, proxy) folders of `tailaware.sim.synthetic`'s benchmark named
+    "synthetic-N-Q" (N distractors, Q instances of one query and 5 positives, d = 64): the
+    proxy is every descriptor moved by Gaussian noise of sd `noise` per dimension and
+    renormalised (a related model), the same ids; a gallery large enough that a 1% budget's
+    rest clears the job's sample floor."""
+    _, n, q = name.split("-")
+    bench = synthetic.make_benchmark(int(q), 1, 5, int(n), 64)
+    d = np.concatenate([x for _, x in synthetic.distractor_blocks(bench)])
+    dids = np.asarray(bench.distractor_ids(0, int(n)))
+    relevant = bench.query_instance[:, None] == bench.positive_instance[None, :]
+    slots = np.argsort(~relevant, axis=1, kind="stable")[:, : int(relevant.sum(1).max())]
+    slots = np.where(np.take_along_axis(relevant, slots, 1), slots, -1)
+    qids = np.asarray([f"inst{i:05d}/query.jpg" for i in bench.query_instance])
+    rng = np.random.default_rng(1)
+
+    def moved(x):
+        y = x + rng.normal(0.0, noise, x.shape).astype(np.float32)
+        return (y / np.linalg.norm(y, axis=1, keepdims=True)).astype(np.float32)
+
+    parts = (bench.queries, bench.positives, d)
+    tgt = Folder(qids, *parts, dids, slots, relevant)
+    prx = Folder(qids, *(moved(x) for x in parts), dids, slots, relevant)
+    return tgt, prx
 
 
 def settings(k: int, nested: int) -> PredictSettings:
@@ -352,13 +379,17 @@ def main() -> None:
 
     for pair in args.pairs.split(","):
         t_name, p_name = pair.split(":")
-        root = os.path.join(args.cache, "benchmarks")
-        tgt = load(os.path.join(root, t_name, "features"))
-        prx = load(os.path.join(root, p_name, "features"))
+        if t_name.startswith("synthetic-"):
+            tgt, prx = synthetic_pair(t_name, float(p_name))
+            base = f"{t_name} <- noise {p_name}"
+        else:
+            root = os.path.join(args.cache, "benchmarks")
+            tgt = load(os.path.join(root, t_name, "features"))
+            prx = load(os.path.join(root, p_name, "features"))
+            enc = lambda name: (name.split("-") + [name])[1]
+            base = f"{t_name} <- {enc(p_name)}"
         if not (np.array_equal(tgt.qids, prx.qids) and np.array_equal(tgt.dids, prx.dids)):
             raise ValueError(f"{t_name} and {p_name} are not the same benchmark's ids")
-        enc = lambda name: (name.split("-") + [name])[1]
-        base = f"{t_name} <- {enc(p_name)}"
         n_q = len(tgt.qids)
         order = np.argsort(sampling.hash_uniform(tgt.qids, 38))
         n_sets = min(args.max_sets, n_q // args.set_size)
