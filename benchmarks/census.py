@@ -68,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nested", type=int, default=20, help="nested bootstrap replicates")
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
+    p.add_argument(
+        "--start", type=float, default=0.0,
+        help="a fixed start of the census's systematic sample in (0, 1] (0: drawn from the seed)",
+    )  # fmt: skip
 
 
 def queries(args: argparse.Namespace, rows: np.ndarray) -> int:
@@ -163,7 +167,7 @@ def settings(k: int, nested: int) -> PredictSettings:
     return PredictSettings(k=k, tail=TailSettings(), protocol=proto)
 
 
-def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed=0):
+def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed=0, start=None):
     """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N],
     naming each stored score's item (its column) as the ILIAS job does (`tail_ids`); with a
     `census_mask`, a census design's file as the ILIAS job writes it: the items `sampled` holds
@@ -175,7 +179,7 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed
     else:
         rest = np.flatnonzero(sampled & ~census_mask)
         cen = np.flatnonzero(census_mask)
-        picked, ranks = design.systematic_sample(s[:, cen], inclusion, seed)
+        picked, ranks = design.systematic_sample(s[:, cen], inclusion, seed, start)
         cols = np.concatenate([np.broadcast_to(rest, (s.shape[0], rest.size)), cen[picked]], 1)
         census_counts = scores_lib.count_above(-np.sort(-s[:, cen], axis=1), pos)
         extra = dict(
@@ -197,12 +201,20 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed
     )
 
 
-def census_file(s, pos, fixed, ids, plan, seed, m):
+def census_file(s, pos, fixed, ids, plan, seed, m, start=None):
     """Returns a census design's file (`file_of`) of the plan `design.Design`: the rest hashed
     from the item `ids` at its rate by `seed`, the census sampled systematically."""
     whole = sampling.in_sample(ids, plan.inclusion, seed)
     return file_of(
-        s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion, seed=seed
+        s,
+        pos,
+        fixed,
+        whole,
+        m,
+        census_mask=plan.census,
+        inclusion=plan.inclusion,
+        seed=seed,
+        start=start,
     )
 
 
@@ -264,7 +276,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             t0 = time.monotonic()
             u = sampling.in_sample(tgt.dids, f, seed)
             pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
-            sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m)
+            sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m, args.start or None)
             _, pc = census.predict(sc, st, n)
             designs = [("uniform", pu.map, pu.interval.ci90.reported)]
             designs.append(("census", pc.map, pc.interval.ci90.reported))

@@ -166,6 +166,13 @@ def test_systematic_sample_includes_each_census_rank_at_the_rate():
         assert np.all(np.abs(within - rate * np.arange(1, c + 1)) < 1)
         drawn[ranks - 1] += 1
     np.testing.assert_allclose(drawn / 4000, rate, atol=4 * np.sqrt(rate * (1 - rate) / 4000))
+    # A fixed start of 1/2: the middle item of every 1 / rate, whatever the seed; within the
+    # first c ranks it holds floor(rate c + 1/2).
+    for seed in range(3):
+        half = design.systematic_ranks(c, rate, seed, start=0.5)
+        np.testing.assert_array_equal(half, np.ceil((np.arange(1, half.size + 1) - 0.5) / rate))
+        within = np.searchsorted(half, np.arange(1, c + 1), side="right")
+        np.testing.assert_array_equal(within, np.floor(rate * np.arange(1, c + 1) + 0.5))
 
 
 def test_halving_a_census_sample_halves_its_size():

@@ -173,10 +173,14 @@ def plan(
     return Design(census, float(pi), int(d), best_rank)
 
 
-def systematic_ranks(n_census: int, rate: float, seed: int) -> np.ndarray:
+def systematic_ranks(
+    n_census: int, rate: float, seed: int, start: float | None = None
+) -> np.ndarray:
     """Returns the 1-based ranks of a query's systematic sample of the census at `rate`: its
     census items by descending score, every (1 / rate)-th from a start drawn from `seed`,
-    ceil((i - u) / rate) <= C for i = 1, 2, ... (u uniform in (0, 1]).
+    ceil((i - u) / rate) <= C for i = 1, 2, ... (u uniform in (0, 1]; `start` fixes u, which
+    gives up each item's probability `rate` of being drawn: a benchmark's alternative,
+    docs/validation.md, "The systematic sample's start").
 
     Beside the rest's hash sample at the same rate, these make each query's sample of the whole
     gallery, so the tail fitted to it is the gallery's, not the depleted rest's. Each census
@@ -184,20 +188,21 @@ def systematic_ranks(n_census: int, rate: float, seed: int) -> np.ndarray:
     number of them above any score is within one of its expectation, not a hash's draw: the
     census's share of the sample is nearly exact.
     """
-    start = 1.0 - np.random.default_rng([int(seed), _SYSTEMATIC_STREAM]).random()
+    if start is None:
+        start = 1.0 - np.random.default_rng([int(seed), _SYSTEMATIC_STREAM]).random()
     count = int(np.floor(rate * n_census + start))
     ranks = np.ceil((np.arange(1, count + 1) - start) / rate).astype(np.int64)
     return np.asarray(np.clip(ranks, 1, n_census), np.int64)
 
 
 def systematic_sample(
-    census_scores: np.ndarray, rate: float, seed: int
+    census_scores: np.ndarray, rate: float, seed: int, start: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns (the columns [Q, n] of `census_scores` [Q, C] each query's systematic sample
     holds, their ranks [n]): `systematic_ranks` of each row's census items by descending score
     (ties by column). The sample holds searchsorted(ranks, C_j, "right") of the C_j census
     items above a positive."""
-    ranks = systematic_ranks(census_scores.shape[1], rate, seed)
+    ranks = systematic_ranks(census_scores.shape[1], rate, seed, start)
     order = np.argsort(-census_scores, axis=1, kind="stable")
     return order[:, ranks - 1], ranks
 
