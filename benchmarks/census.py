@@ -275,7 +275,8 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
         for seed in range(seeds):
             t0 = time.monotonic()
             u = sampling.in_sample(tgt.dids, f, seed)
-            pu = prediction.predict(file_of(s, pos, fixed, u, m), st, n)
+            uniform = file_of(s, pos, fixed, u, m)
+            pu = prediction.predict(uniform, st, n)
             sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m, args.start or None)
             _, pc = census.predict(sc, st, n)
             designs = [("uniform", pu.map, pu.interval.ci90.reported)]
@@ -284,8 +285,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             extra = {"census": dict(uniform_only=pc.baselines["uniform_only"])}
             if args.reference:
                 c = reference.correct(
-                    file_of(s, pos, fixed, u, m), file_of(s_r, pos_r, fixed_r, u, m),
-                    ref_counts, st, ref_settings,
+                    uniform, file_of(s_r, pos_r, fixed_r, u, m), ref_counts, st, ref_settings,
                 ).metrics[f"map@{args.k}"]  # fmt: skip
                 designs.append(("reference", c.value, c.ci90))
             for name, value, (lo, hi) in designs:
