@@ -28,9 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import census as bench  # noqa: E402  (benchmarks/census.py: the folders and files)
 
 from tailaware.core import design, metrics, sampling  # noqa: E402
-from tailaware.io import scores as scores_lib  # noqa: E402
 from tailaware.protocol import census, comparison, prediction  # noqa: E402
-from tailaware.search import exact  # noqa: E402
 from tailaware.tail.settings import TailSettings  # noqa: E402
 
 
@@ -43,19 +41,11 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _system(f, rows):
-    """Returns (scores [Q, N], positive scores, fixed counts, exact mAP@k's counts) of rows."""
-    s = f.q[rows] @ f.d.T
-    pos, fixed = exact.positive_scores(f.q[rows] @ f.p.T, f.slots[rows], f.relevant[rows])
-    x = np.sort(s, axis=1)[:, ::-1]
-    return s, pos, fixed, np.where(np.isnan(pos), -1, scores_lib.count_above(x, pos))
-
-
 def run_set(a, b, prx, rows, name, args, seeds) -> list[dict]:
     """Returns one record per (budget, seed, design) for the queries `rows`."""
     n, m = a.d.shape[0], TailSettings().top_m
     st = bench.settings(args.k, args.nested)
-    sa, sb = _system(a, rows), _system(b, rows)
+    sa, sb = bench.exact_run(a, rows), bench.exact_run(b, rows)
     truth = [metrics.map_from_counts(s[3], args.k, s[2]) for s in (sa, sb)]
     top = bench.top_lists(prx, rows, args.depth)
     best, fused = design.best_ranks([top], n), design.fused([top], n)
