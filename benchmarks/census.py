@@ -69,8 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full_seeds", type=int, default=1, help="seeds on the full set (0: skip)")
     p.add_argument("--out", default="", help="a JSON-lines file of the records: resumes by set")
     p.add_argument(
-        "--start", type=float, default=0.0,
-        help="a fixed start of the census's systematic sample in (0, 1] (0: drawn from the seed)",
+        "--start", type=float, default=design.MIDPOINT,
+        help="the census's systematic sample's start in (0, 1] (0: drawn from each seed, the "
+        "earlier design, for the comparison)",
     )  # fmt: skip
 
 
@@ -167,19 +168,19 @@ def settings(k: int, nested: int) -> PredictSettings:
     return PredictSettings(k=k, tail=TailSettings(), protocol=proto)
 
 
-def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed=0, start=None):
+def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, start=design.MIDPOINT):
     """Returns the sampled-scores file of the items `sampled` ([N] bool) of scores `s` [Q, N],
     naming each stored score's item (its column) as the ILIAS job does (`tail_ids`); with a
     `census_mask`, a census design's file as the ILIAS job writes it: the items `sampled` holds
     outside the census, each query's systematic sample of the census at the rate `inclusion`
-    (`design.systematic_sample`, its start from `seed`), and the census's counts."""
+    (`design.systematic_sample` from `start`), and the census's counts."""
     extra = {}
     if census_mask is None:
         cols = np.broadcast_to(np.flatnonzero(sampled), (s.shape[0], int(sampled.sum())))
     else:
         rest = np.flatnonzero(sampled & ~census_mask)
         cen = np.flatnonzero(census_mask)
-        picked, ranks = design.systematic_sample(s[:, cen], inclusion, seed, start)
+        picked, ranks = design.systematic_sample(s[:, cen], inclusion, start)
         cols = np.concatenate([np.broadcast_to(rest, (s.shape[0], rest.size)), cen[picked]], 1)
         census_counts = scores_lib.count_above(-np.sort(-s[:, cen], axis=1), pos)
         extra = dict(
@@ -201,10 +202,12 @@ def file_of(s, pos, fixed, sampled, m, *, census_mask=None, inclusion=None, seed
     )
 
 
-def census_file(s, pos, fixed, ids, plan, seed, m, start=None):
+def census_file(s, pos, fixed, ids, plan, seed, m, start=design.MIDPOINT):
     """Returns a census design's file (`file_of`) of the plan `design.Design`: the rest hashed
-    from the item `ids` at its rate by `seed`, the census sampled systematically."""
+    from the item `ids` at its rate by `seed`, the census sampled systematically from `start`
+    (0: a start drawn from `seed`, `random_start`)."""
     whole = sampling.in_sample(ids, plan.inclusion, seed)
+    start = start or random_start(seed)
     return file_of(
         s,
         pos,
@@ -213,9 +216,14 @@ def census_file(s, pos, fixed, ids, plan, seed, m, start=None):
         m,
         census_mask=plan.census,
         inclusion=plan.inclusion,
-        seed=seed,
         start=start,
     )
+
+
+def random_start(seed: int) -> float:
+    """Returns the systematic sample's start the library drew from each seed before the
+    midpoint (uniform in (0, 1], the same stream): the comparison's other arm."""
+    return float(1.0 - np.random.default_rng([int(seed), 0x5E5]).random())
 
 
 def top_lists(prx: Folder, rows: np.ndarray, depth: int) -> np.ndarray:
@@ -277,7 +285,7 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
             u = sampling.in_sample(tgt.dids, f, seed)
             uniform = file_of(s, pos, fixed, u, m)
             pu = prediction.predict(uniform, st, n)
-            sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m, args.start or None)
+            sc = census_file(s, pos, fixed, tgt.dids, plan, seed, m, args.start)
             _, pc = census.predict(sc, st, n)
             designs = [("uniform", pu.map, pu.interval.ci90.reported)]
             designs.append(("census", pc.map, pc.interval.ci90.reported))

@@ -13,10 +13,12 @@ import pickle
 import numpy as np
 import pytest
 
+from tailaware.configs import compare as compare_config
 from tailaware.configs import predict as predict_config
 from tailaware.core import design, evaluate, sampling
 from tailaware.io import errors, features, similarity
 from tailaware.io import scores as scores_lib
+from tailaware.jobs import compare as compare_job
 from tailaware.jobs import ilias, predict
 from tailaware.protocol import budget, census, nested
 from tailaware.search import proxy
@@ -46,12 +48,12 @@ def _gallery(seed: int = 0, noise: float = 0.15):
 
 def _file(scores, pos, d: design.Design, ids, seed: int, m: int = 50):
     """Returns the census design's sampled-scores file built by brute force: the rest's hash
-    sample at the design's rate, each query's census items by descending score at the
+    sample at the design's rate by `seed`, each query's census items by descending score at the
     systematic sample's ranks, and the census's counts."""
     rest = np.flatnonzero(~d.census & sampling.in_sample(ids, d.inclusion, seed))
     cen = np.flatnonzero(d.census)
     ranked = cen[np.argsort(-scores[:, cen], axis=1, kind="stable")]
-    picks = design.systematic_ranks(cen.size, d.inclusion, seed)
+    picks = design.systematic_ranks(cen.size, d.inclusion)
     cols = np.concatenate(
         [np.broadcast_to(rest, (len(scores), rest.size)), ranked[:, picks - 1]], 1
     )
@@ -86,7 +88,9 @@ def test_pooled_count_is_the_gallery_count_floored_by_the_census(noise, fill):
     assert d.depth >= 1 and 0 < d.n_census <= 0.5 * 0.05 * N
     assert d.n_census + d.inclusion * (N - d.n_census) == pytest.approx(0.05 * N)
     cen = (scores[:, d.census][:, None, :] > pos[:, :, None]).sum(-1)
-    pooled, by_hand = [], []
+    picks = design.systematic_ranks(d.n_census, d.inclusion)
+    drawn = (picks[None, None, :] <= cen[..., None]).sum(-1)
+    pooled, by_hand, sizes = [], [], []
     for seed in range(300):
         raw = _file(scores, pos, d, ids, seed)
         sc = census.fold(raw, N)
@@ -94,17 +98,22 @@ def test_pooled_count_is_the_gallery_count_floored_by_the_census(noise, fill):
         # The rest's hashed items above, plus the census's systematic ones within each
         # positive's first C_j census items.
         u = ~d.census & sampling.in_sample(ids, d.inclusion, seed)
-        picks = design.systematic_ranks(d.n_census, d.inclusion, seed)
-        k = (scores[:, u][:, None, :] > pos[:, :, None]).sum(-1)
-        k = k + (picks[None, None, :] <= cen[..., None]).sum(-1)
+        k = (scores[:, u][:, None, :] > pos[:, :, None]).sum(-1) + drawn
         s = u.sum() + picks.size
         by_hand.append(np.maximum(k + (N - s) * k / s, cen))
+        sizes.append(s)
     pooled, by_hand = np.asarray(pooled), np.asarray(by_hand)
     np.testing.assert_allclose(pooled, by_hand, rtol=1e-6)  # float32 hardness
-    # The hash count is unbiased and the floor only raises it: never low beyond the noise.
+    # The hash count is unbiased; the census's part is its expected share rounded, at most half
+    # an item of the sample short (N / S items of the gallery); the floor only raises it.
+    short = np.maximum(d.inclusion * cen - drawn, 0.0) * N / np.mean(sizes)
+    assert np.all(short <= 0.5 * N / np.mean(sizes) + 1e-9)
     err = pooled.mean(0) - exact
     se = pooled.std(0, ddof=1) / np.sqrt(len(pooled))
-    assert np.all(err >= -4 * se - 1e-9), (err, se)
+    assert np.all(err >= -4 * se - short - 1e-9), (err, se, short)
+    # Where the census's part is exact (rate x C_j whole), so is the expectation.
+    whole = short == 0
+    assert np.all(err[whole] >= -4 * se[whole] - 1e-9)
 
 
 def test_a_deep_census_leaves_the_rest_right_by_the_whole_gallery_tail():
@@ -154,25 +163,26 @@ def test_a_deep_census_leaves_the_rest_right_by_the_whole_gallery_tail():
     assert abs(traced - host) < 0.002 and abs(plain - host) > 0.01, maps
 
 
-def test_systematic_sample_includes_each_census_rank_at_the_rate():
-    # Over many seeds each rank is drawn with probability `rate` (the random start), and within
-    # any first c ranks the sample holds within one of rate x c: checked by enumeration.
+def test_systematic_sample_holds_the_census_share_rounded():
+    # At the midpoint start, the middle item of every 1 / rate: within any first c ranks the
+    # sample holds floor(rate c + 1/2), rate x c rounded. From a start drawn uniformly, each
+    # rank is drawn with probability `rate` and within one of rate x c: checked by enumeration.
     c, rate = 37, 0.13
+    half = design.systematic_ranks(c, rate)
+    np.testing.assert_array_equal(half, np.ceil((np.arange(1, half.size + 1) - 0.5) / rate))
+    within = np.searchsorted(half, np.arange(1, c + 1), side="right")
+    np.testing.assert_array_equal(within, np.floor(rate * np.arange(1, c + 1) + 0.5))
     drawn = np.zeros(c)
-    for seed in range(4000):
-        ranks = design.systematic_ranks(c, rate, seed)
+    starts = 1.0 - np.random.default_rng(0).random(4000)
+    for start in starts:
+        ranks = design.systematic_ranks(c, rate, start)
         assert np.all(np.diff(ranks) > 0) and 1 <= ranks.min() and ranks.max() <= c
         within = np.searchsorted(ranks, np.arange(1, c + 1), side="right")
         assert np.all(np.abs(within - rate * np.arange(1, c + 1)) < 1)
         drawn[ranks - 1] += 1
     np.testing.assert_allclose(drawn / 4000, rate, atol=4 * np.sqrt(rate * (1 - rate) / 4000))
-    # A fixed start of 1/2: the middle item of every 1 / rate, whatever the seed; within the
-    # first c ranks it holds floor(rate c + 1/2).
-    for seed in range(3):
-        half = design.systematic_ranks(c, rate, seed, start=0.5)
-        np.testing.assert_array_equal(half, np.ceil((np.arange(1, half.size + 1) - 0.5) / rate))
-        within = np.searchsorted(half, np.arange(1, c + 1), side="right")
-        np.testing.assert_array_equal(within, np.floor(rate * np.arange(1, c + 1) + 0.5))
+    with pytest.raises(ValueError, match="start"):
+        design.systematic_ranks(c, rate, 0.0)
 
 
 def test_halving_a_census_sample_halves_its_size():
@@ -421,7 +431,7 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     # The file holds the hash sample of the whole gallery, the census items it draws included.
     census_mask = np.isin(ids_all, want)
     rest = ~census_mask & sampling.in_sample(ids_all, sc.inclusion, 2)
-    picks = design.systematic_ranks(int(census_mask.sum()), sc.inclusion, 2)
+    picks = design.systematic_ranks(int(census_mask.sum()), sc.inclusion)
     assert sc.n_sample == rest.sum() + picks.size and sc.n_drawn == picks.size
     assert sc.n_census + sc.inclusion * (len(ids_all) - sc.n_census) == pytest.approx(
         0.2 * len(ids_all)
@@ -454,6 +464,32 @@ def test_ilias_job_with_a_proxy_end_to_end(tmp_path):
     with open(tmp_path / "p" / "prediction.json") as f:
         again = json.load(f)
     assert again["map"] == pytest.approx(result.map, abs=1e-9)
+
+
+def test_two_models_on_one_census_compare_paired(tmp_path):
+    # Two models' ILIAS jobs with the same proxy, budget and seed embed the same census and the
+    # same hash sample of the rest; the compare job then pairs their sampling errors item by
+    # item. Checked against the files: the two design records, and the correlation of the two
+    # prediction.json's nested replicates computed here.
+    proxy, *_ = _proxy_file(make_folder(str(tmp_path / "a")), tmp_path / "proxy.pkl")
+    for name, seed in (("a", 0), ("b", 1)):
+        folder = str(tmp_path / name) if name == "a" else make_folder(str(tmp_path / name), seed)
+        c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=proxy, seed=2)
+        c.protocol.nested_replicates = 20
+        ilias.run(c, str(tmp_path / f"w{name}"))
+    rec = [np.load(tmp_path / f"w{name}" / "design.npz") for name in "ab"]
+    np.testing.assert_array_equal(rec[0]["census_ids"], rec[1]["census_ids"])
+    assert rec[0]["census_ids"].size > 0 and rec[0]["inclusion"] == rec[1]["inclusion"]
+    preds = [json.loads((tmp_path / f"w{name}" / "prediction.json").read_text()) for name in "ab"]
+    reps = [p["metrics"]["map@10"]["uncertainty"]["distractor_replicates"] for p in preds]
+    assert len(reps[0]) == len(reps[1]) == 20
+    cfg = compare_config.get_config()
+    cfg.a, cfg.b = (str(tmp_path / f"w{name}" / "prediction.json") for name in "ab")
+    compare_job.run(cfg, str(tmp_path / "wc"))
+    out = json.loads((tmp_path / "wc" / "comparison.json").read_text())["metrics"]["map@10"]
+    assert out["difference"] == pytest.approx(preds[0]["map"] - preds[1]["map"], abs=1e-12)
+    rho = np.corrcoef(reps[0], reps[1])[0, 1]
+    assert out["sampling_correlation"] == pytest.approx(rho, abs=1e-9) and rho != 0.0
 
 
 def test_ilias_job_holds_the_census_designs_own_sample_to_the_floor(tmp_path):

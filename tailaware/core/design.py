@@ -38,6 +38,10 @@ UNRANKED = np.iinfo(np.int64).max
 # sample its share (dev figures: docs/validation.md, "The census's share of the budget").
 ITEMS_PER_QUERY = 8.0
 
+# The census's systematic sample's start: the middle item of every 1 / pi (dev figures against
+# a start drawn from the seed: docs/validation.md, "The systematic sample's start").
+MIDPOINT = 0.5
+
 
 class Design(NamedTuple):
     """A census and a uniform rest.
@@ -173,39 +177,34 @@ def plan(
     return Design(census, float(pi), int(d), best_rank)
 
 
-def systematic_ranks(
-    n_census: int, rate: float, seed: int, start: float | None = None
-) -> np.ndarray:
+def systematic_ranks(n_census: int, rate: float, start: float = MIDPOINT) -> np.ndarray:
     """Returns the 1-based ranks of a query's systematic sample of the census at `rate`: its
-    census items by descending score, every (1 / rate)-th from a start drawn from `seed`,
-    ceil((i - u) / rate) <= C for i = 1, 2, ... (u uniform in (0, 1]; `start` fixes u, which
-    gives up each item's probability `rate` of being drawn: a benchmark's alternative,
-    docs/validation.md, "The systematic sample's start").
+    census items by descending score, every (1 / rate)-th from the start u in (0, 1],
+    ceil((i - u) / rate) <= C for i = 1, 2, ...
 
     Beside the rest's hash sample at the same rate, these make each query's sample of the whole
-    gallery, so the tail fitted to it is the gallery's, not the depleted rest's. Each census
-    item is in it with probability `rate` (the random start), as in the hash sample, but the
-    number of them above any score is within one of its expectation, not a hash's draw: the
-    census's share of the sample is nearly exact.
+    gallery, so the tail fitted to it is the gallery's, not the depleted rest's. At the default
+    start (`MIDPOINT`) the sample holds floor(rate c + 1/2) of any query's first c census items:
+    the census's expected share of the sample, rounded, at every score at once. (A start drawn
+    uniformly would include each item with probability `rate` exactly, but one start serves
+    every query: where rate x C < 1 it puts each query's own top census items in the sample at
+    weight 1 / rate together, a shared error of the whole benchmark; docs/validation.md, "The
+    systematic sample's start".)
     """
-    if start is None:
-        start = 1.0 - np.random.default_rng([int(seed), _SYSTEMATIC_STREAM]).random()
+    if not 0.0 < start <= 1.0:
+        raise ValueError(f"the systematic sample's start must be in (0, 1], got {start}")
     count = int(np.floor(rate * n_census + start))
     ranks = np.ceil((np.arange(1, count + 1) - start) / rate).astype(np.int64)
     return np.asarray(np.clip(ranks, 1, n_census), np.int64)
 
 
 def systematic_sample(
-    census_scores: np.ndarray, rate: float, seed: int, start: float | None = None
+    census_scores: np.ndarray, rate: float, start: float = MIDPOINT
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns (the columns [Q, n] of `census_scores` [Q, C] each query's systematic sample
     holds, their ranks [n]): `systematic_ranks` of each row's census items by descending score
     (ties by column). The sample holds searchsorted(ranks, C_j, "right") of the C_j census
     items above a positive."""
-    ranks = systematic_ranks(census_scores.shape[1], rate, seed, start)
+    ranks = systematic_ranks(census_scores.shape[1], rate, start)
     order = np.argsort(-census_scores, axis=1, kind="stable")
     return order[:, ranks - 1], ranks
-
-
-# Keys the systematic sample's start apart from the seed's other uses.
-_SYSTEMATIC_STREAM = 0x5E5

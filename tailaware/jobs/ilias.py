@@ -129,7 +129,7 @@ def run(config, workdir: str) -> Prediction | None:
         )
     if plan is not None:
         scored = census.score(backend, plan, shards, pos)
-        sample = census.systematic(state, n_sample, plan, scored, m, int(config.seed))
+        sample = census.systematic(state, n_sample, plan, scored, m)
         state, n_sample = sample.state, sample.n_sample
         census.save(os.path.join(workdir, "design.npz"), plan, n_distractors, int(config.seed))
     counts = np.where(slots >= 0, state.counts, -1)

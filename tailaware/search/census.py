@@ -167,18 +167,16 @@ class Sample(NamedTuple):
     n_drawn: int
 
 
-def systematic(
-    state: TopState, n_sample: int, plan_: Plan, scored: Scored, m: int, seed: int
-) -> Sample:
+def systematic(state: TopState, n_sample: int, plan_: Plan, scored: Scored, m: int) -> Sample:
     """Returns the file's sample: the search's hash sample at the rest's rate (`state`, S =
     `n_sample`, with `m + plan_.extra` kept scores) without the census items the hash drew,
     plus each query's systematic sample of the census at the same rate
-    (`design.systematic_ranks`, its start from `seed`): the tail fitted to it is the gallery's,
-    census included, and the census's share of it is nearly exact rather than a hash's draw."""
+    (`design.systematic_ranks`): the tail fitted to it is the gallery's, census included, and
+    the census's share of it is its expected share rounded rather than a hash's draw."""
     keep = ~np.isin(state.ids, plan_.ids)
     rest_vals = np.where(keep, state.vals, -np.inf)
     rest_ids = np.where(keep, state.ids, -1)
-    cols, ranks = design.systematic_sample(scored.scores, plan_.design.inclusion, seed)
+    cols, ranks = design.systematic_sample(scored.scores, plan_.design.inclusion)
     vals = np.concatenate([rest_vals, np.take_along_axis(scored.scores, cols, 1)], 1)
     ids = np.concatenate([rest_ids, plan_.ids[cols]], 1)
     top = np.argsort(-vals, axis=1, kind="stable")[:, :m]
