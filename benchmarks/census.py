@@ -38,6 +38,7 @@ import os
 import sys
 import time
 
+import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -314,6 +315,9 @@ def run_set(tgt, prx, rows, args, budgets, out, label, seeds) -> None:
                 f"{100 * found:.0f}%, within k {100 * found_k:.0f}%) {time.monotonic() - t0:.0f}s",
                 flush=True,
             )
+            # Shapes differ from draw to draw: kept, their compiled programs exhaust the
+            # process's memory maps over a long run (LLVM "Cannot allocate memory").
+            jax.clear_caches()
 
 
 def table(records) -> str:
