@@ -210,14 +210,7 @@ def census_file(s, pos, fixed, ids, plan, seed, m, start=design.MIDPOINT):
     whole = sampling.in_sample(ids, plan.inclusion, seed)
     start = start or random_start(seed)
     return file_of(
-        s,
-        pos,
-        fixed,
-        whole,
-        m,
-        census_mask=plan.census,
-        inclusion=plan.inclusion,
-        start=start,
+        s, pos, fixed, whole, m, census_mask=plan.census, inclusion=plan.inclusion, start=start
     )
 
 

@@ -111,9 +111,9 @@ def test_pooled_count_is_the_gallery_count_floored_by_the_census(noise, fill):
     err = pooled.mean(0) - exact
     se = pooled.std(0, ddof=1) / np.sqrt(len(pooled))
     assert np.all(err >= -4 * se - short - 1e-9), (err, se, short)
-    # Where the census's part is exact (rate x C_j whole), so is the expectation.
-    whole = short == 0
-    assert np.all(err[whole] >= -4 * se[whole] - 1e-9)
+    # Both kinds of positive occur: the bound above is exercised where the rounding falls short,
+    # and where it does not the expectation is held to the noise alone.
+    assert np.any(short > 0) and np.any(short == 0)
 
 
 def test_a_deep_census_leaves_the_rest_right_by_the_whole_gallery_tail():
@@ -471,9 +471,9 @@ def test_two_models_on_one_census_compare_paired(tmp_path):
     # same hash sample of the rest; the compare job then pairs their sampling errors item by
     # item. Checked against the files: the two design records, and the correlation of the two
     # prediction.json's nested replicates computed here.
-    proxy, *_ = _proxy_file(make_folder(str(tmp_path / "a")), tmp_path / "proxy.pkl")
-    for name, seed in (("a", 0), ("b", 1)):
-        folder = str(tmp_path / name) if name == "a" else make_folder(str(tmp_path / name), seed)
+    folders = {name: make_folder(str(tmp_path / name), seed) for name, seed in (("a", 0), ("b", 1))}
+    proxy, *_ = _proxy_file(folders["a"], tmp_path / "proxy.pkl")
+    for name, folder in folders.items():
         c = config(folder, top_m=20, sample_fraction=0.2, k=10, proxy=proxy, seed=2)
         c.protocol.nested_replicates = 20
         ilias.run(c, str(tmp_path / f"w{name}"))

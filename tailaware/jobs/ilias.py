@@ -59,6 +59,7 @@ def run(config, workdir: str) -> Prediction | None:
     m = int(settings.tail.top_m)
     fraction, plan, fingerprint = float(config.sample_fraction), None, ""
     if config.get("proxy", ""):  # a census design: the hash sample at the rest's rate
+        share, depth = config_lib.census_options(config)
         plan = census.plan(
             config_lib.proxy_paths(config),
             queries.ids,
@@ -66,8 +67,8 @@ def run(config, workdir: str) -> Prediction | None:
             shards,
             fraction=fraction,
             seed=int(config.seed),
-            census_share=config_lib.census_options(config)[0],
-            depth=config_lib.census_options(config)[1],
+            census_share=share,
+            depth=depth,
             search=proxy.FolderSearch(  # a folder proxy: searched as the run's own search
                 queries=ilias_folder.QUERY_FILES[config.queries],
                 depth=int(config.get("proxy_depth", proxy.FolderSearch.depth)),
@@ -77,11 +78,11 @@ def run(config, workdir: str) -> Prediction | None:
             ),
         )
         budget.require_census_sample(
-            float(config.sample_fraction),
+            fraction,
             plan.design.inclusion,
             plan.design.n_census,
             n_distractors,
-            config_lib.census_options(config)[0],
+            share,
             int(config.min_sample),
         )
         fraction, fingerprint = plan.design.inclusion, f"+census:{plan.digest}"
